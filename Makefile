@@ -1,0 +1,43 @@
+# The README's commands. `make demo` runs the course on the embedded default; `make test` runs every test.
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.cvlc-installed
+PROFILE ?= demo
+DOCS_PROFILE ?= smoke
+export PATH := $(abspath $(BIN)):$(PATH)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MPLBACKEND := Agg
+
+.PHONY: install demo test docs bench export clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py tools/install.sh
+	bash tools/install.sh $(VENV)
+	touch $@
+
+## the main job: every chapter at PROFILE=demo into runs/<timestamp>/, then a summary table
+demo: install
+	cvlc run all --profile $(PROFILE)
+
+## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs)
+test: install
+	nbdev-test --n-workers 2 --timing
+	python -m pytest tests -n 2 --durations=10
+
+## the offline documentation site in _site/
+docs: install
+	python tools/build_docs.py --profile $(DOCS_PROFILE) --out _site
+
+## benchmarks (pytorch-metric-learning comes with the bench extra)
+bench: install
+	python -m cvlc.bench all
+
+## write cvlc/ from the notebooks and clean the notebooks
+export: install
+	nbdev-export && nbdev-clean
+
+clean:
+	rm -rf _site _proc _docs runs nbs/runs .pytest_cache
