@@ -25,7 +25,7 @@ demo: install
 ## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs)
 test: install
 	nbdev-test --n-workers 2 --timing
-	python -m pytest tests -n 2 --durations=10
+	python -m pytest tests -n 2 --dist loadfile --durations=10
 
 ## the offline documentation site in _site/
 docs: install

@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/api/cli.html.md"""
 __all__ = ['CliError', 'Chapter', 'find_nbs', 'list_chapters', 'find_chapter', 'parse_params', 'declared_params', 'ChapterFailed',
            'run_chapter', 'default_out', 'summary_table', 'main']
 
-# %% ../nbs/api/cli.ipynb #45a46b72
+# %% ../nbs/api/cli.ipynb #4f6495ce
 import argparse, ast, json, os, re, sys, time
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .core import PROFILES
 
-# %% ../nbs/api/cli.ipynb #6c805746
+# %% ../nbs/api/cli.ipynb #9fbc44fd
 class CliError(Exception):
     "A user error on the command line: printed as one line, exit code 2."
 
@@ -33,9 +33,11 @@ class Chapter:
 
 def find_nbs(nbs: str | os.PathLike | None = None) -> Path:
     "The folder of course notebooks: `nbs`, `$CVLC_NBS`, `./nbs`, `.`, or the `nbs/` beside an editable install."
+    if nbs is not None:
+        if (Path(nbs) / "00_core.ipynb").is_file(): return Path(nbs).resolve()
+        raise CliError(f"{nbs} is not the course notebooks folder (it has no 00_core.ipynb)")
     here = Path(__file__).resolve().parent.parent / "nbs" if "__file__" in globals() else None
-    tries = [nbs, os.environ.get("CVLC_NBS"), Path.cwd() / "nbs", Path.cwd(), here]
-    for t in tries:
+    for t in [os.environ.get("CVLC_NBS"), Path.cwd() / "nbs", Path.cwd(), here]:
         if t is not None and (Path(t) / "00_core.ipynb").is_file():
             return Path(t).resolve()
     raise CliError("cannot find the course notebooks (a folder holding 00_core.ipynb): run from a clone of the "
@@ -66,7 +68,7 @@ def find_chapter(query: str, chapters: Sequence[Chapter]) -> Chapter:
     if not hits: raise CliError(f"unknown chapter {query!r}; the chapters are: {names} (or 'all')")
     raise CliError(f"chapter {query!r} is ambiguous: {', '.join(c.name for c in hits)}")
 
-# %% ../nbs/api/cli.ipynb #0c6ce85c
+# %% ../nbs/api/cli.ipynb #3e37bf82
 def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
     "`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else strings."
     out = {}
@@ -81,7 +83,7 @@ def declared_params(chapter: Chapter) -> dict[str, Any]:
     import papermill
     return papermill.inspect_notebook(str(chapter.path))
 
-# %% ../nbs/api/cli.ipynb #267cb910
+# %% ../nbs/api/cli.ipynb #5efb8170
 class ChapterFailed(Exception):
     "A chapter raised while running: the message names the executed notebook to open."
 
@@ -106,7 +108,7 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
         papermill.execute_notebook(str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
                                    cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3")
     except papermill.PapermillExecutionError as e:
-        raise ChapterFailed(f"{chapter.name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}\n"
+        raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                             f"  open {executed} to see where") from None
     finally:
         if old is None: os.environ.pop("CVLC_OUT", None)
@@ -119,7 +121,7 @@ def default_out() -> Path:
     "A new run folder `runs/<timestamp>` under the current directory."
     return Path.cwd() / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
 
-# %% ../nbs/api/cli.ipynb #d2d4f1dc
+# %% ../nbs/api/cli.ipynb #d3c7cf3f
 def _fmt(v: Any) -> str:
     if isinstance(v, bool): return "yes" if v else "no"
     if isinstance(v, float): return f"{v:.4g}"
@@ -136,7 +138,7 @@ def summary_table(results: Sequence[tuple[str, str, float, dict]]) -> str:
     lines.insert(1, "-" * max(len(l) for l in lines))
     return "\n".join(lines)
 
-# %% ../nbs/api/cli.ipynb #efc7d2a2
+# %% ../nbs/api/cli.ipynb #0c8f44d9
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cvlc", description="Run the chapters of the cvlc course.")
     ap.add_argument("--nbs", help="folder of the course notebooks (default: ./nbs or $CVLC_NBS)")
@@ -154,7 +156,7 @@ def _run(args) -> int:
     picked = chapters if args.chapters == ["all"] else [find_chapter(q, chapters) for q in args.chapters]
     params = parse_params(args.param)
     root = Path(args.out) if args.out else default_out()
-    single = len(picked) == 1 and args.out
+    single = len(args.chapters) == 1 and args.chapters != ["all"] and args.out  # one named chapter: --out is its folder
     results, failed = [], 0
     print(f"cvlc: {len(picked)} chapter(s) at profile {args.profile} into {root}", flush=True)
     for i, ch in enumerate(picked, 1):

@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 __all__ = ['PROFILES', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile', 'run_dir',
            'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint', 'load_checkpoint']
 
-# %% ../nbs/00_core.ipynb #b1da5a58
+# %% ../nbs/00_core.ipynb #61a3e6fa
 import json, math, os, random, tempfile, time, warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-# %% ../nbs/00_core.ipynb #57d22e95
+# %% ../nbs/00_core.ipynb #c4fc6584
 def seed_everything(seed: int = 0, deterministic: bool = True) -> torch.Generator:
     "Seed python, numpy and torch (all devices); optionally ask torch for deterministic kernels. Returns a seeded `torch.Generator`."
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
@@ -34,7 +34,7 @@ def seed_everything(seed: int = 0, deterministic: bool = True) -> torch.Generato
         torch.backends.cudnn.benchmark = False
     return torch.Generator().manual_seed(seed)
 
-# %% ../nbs/00_core.ipynb #498c6702
+# %% ../nbs/00_core.ipynb #d7500a4e
 def default_device() -> torch.device:
     "The device to train on: `$CVLC_DEVICE` if set, else CUDA, else Apple MPS, else CPU."
     env = os.environ.get("CVLC_DEVICE")
@@ -44,7 +44,7 @@ def default_device() -> torch.device:
     if mps is not None and mps.is_available(): return torch.device("mps")
     return torch.device("cpu")
 
-# %% ../nbs/00_core.ipynb #21f73597
+# %% ../nbs/00_core.ipynb #cd83baf4
 PROFILES = ("smoke", "demo", "full")
 
 def _truthy(v: str | None) -> bool: return (v or "").strip().lower() not in ("", "0", "false", "no")
@@ -75,7 +75,7 @@ def by_profile(profile: str, **values: Any) -> Any:
         raise ValueError(f"by_profile needs exactly smoke=, demo=, full=; missing {missing}, unexpected {extra}")
     return values[resolve_profile(profile)]
 
-# %% ../nbs/00_core.ipynb #6267b7ad
+# %% ../nbs/00_core.ipynb #1fdf95a2
 def run_dir(chapter: str | None = None) -> Path:
     "The folder a chapter writes to: `$CVLC_OUT`, else `./runs/interactive/<chapter>`; created if missing."
     env = os.environ.get("CVLC_OUT")
@@ -124,7 +124,7 @@ def save_figure(fig, name: str, chapter: str | None = None, out: str | os.PathLi
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return atomic_write_bytes(out / "figures" / f"{name}.png", buf.getvalue())
 
-# %% ../nbs/00_core.ipynb #8d397974
+# %% ../nbs/00_core.ipynb #c83a5cee
 class CheckpointError(ValueError):
     "A checkpoint file exists but cannot be read (truncated, corrupt, or holding objects that are not weights)."
 

@@ -1,0 +1,59 @@
+"""The `cvlc` console script as a user meets it: exit codes and one-line messages, never a traceback."""
+import json, shutil, subprocess
+
+from conftest import BIN, NBS, ROOT
+
+
+def cvlc(*args, cwd=ROOT):
+    return subprocess.run([str(BIN / "cvlc"), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_list_shows_every_chapter_with_its_summary():
+    r = cvlc("list")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith("00_core")
+    assert "Core: Seeding, devices" in r.stdout
+
+
+def test_unknown_chapter_is_a_clear_error():
+    r = cvlc("run", "no_such_chapter")
+    assert r.returncode == 2
+    assert "unknown chapter 'no_such_chapter'; the chapters are: 00_core" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_parameter_is_a_clear_error(tmp_path):
+    r = cvlc("run", "core", "-p", "EPOCHS", "3", "--out", tmp_path)
+    assert r.returncode == 2 and "00_core has no parameter EPOCHS; it declares: PROFILE" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_profile_and_missing_command_exit_2():
+    assert cvlc("run", "core", "--profile", "huge").returncode == 2
+    assert cvlc().returncode == 2
+
+
+def test_missing_notebooks_folder_is_a_clear_error(tmp_path):
+    r = cvlc("list", cwd=tmp_path)  # an editable install still finds the repository's nbs/
+    assert r.returncode == 0
+    r = cvlc("--nbs", tmp_path, "list", cwd=tmp_path)
+    assert r.returncode == 2 and "is not the course notebooks folder" in r.stderr
+
+
+def test_a_failing_chapter_exits_1_and_names_the_notebook(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    shutil.copy2(NBS / "00_core.ipynb", nbs / "00_core.ipynb")
+    boom = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Boom\n\n> fails on purpose"},
+                      {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "PROFILE = 'auto'",
+                       "outputs": [], "execution_count": None},
+                      {"cell_type": "code", "metadata": {}, "source": "raise RuntimeError('kaboom')",
+                       "outputs": [], "execution_count": None}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "python3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+    (nbs / "01_boom.ipynb").write_text(json.dumps(boom))
+    r = cvlc("--nbs", nbs, "run", "boom", "--profile", "smoke", "--out", tmp_path / "out")
+    assert r.returncode == 1
+    assert "01_boom failed at In [" in r.stderr and "RuntimeError: kaboom" in r.stderr
+    assert (tmp_path / "out" / "01_boom.ipynb").is_file()
+    assert "FAILED" in r.stdout

@@ -1,0 +1,152 @@
+"""Every chapter run end to end at PROFILE=smoke through `cvlc run all`, and the documentation site built from
+those runs, served on localhost and checked in headless Chromium."""
+import functools, html.parser, http.server, json, os, re, shutil, subprocess, threading, urllib.parse, urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, NBS, ROOT, chapters
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    r = subprocess.run([str(BIN / "cvlc"), "run", "all", "--profile", "smoke", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"cvlc run all failed:\n{r.stdout}\n{r.stderr}"
+    return out, r.stdout
+
+
+@pytest.mark.parametrize("chapter", chapters(), ids=lambda c: c.name)
+def test_chapter_runs_at_smoke_and_writes_metrics(smoke_run, chapter):
+    out, log = smoke_run
+    folder = out / chapter.name
+    assert (folder / f"{chapter.name}.ipynb").is_file(), "executed notebook missing"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics, "metrics.json is empty"
+    assert metrics.get("profile") == "smoke", "the chapter did not run at the profile it was given"
+    nb = json.loads((folder / f"{chapter.name}.ipynb").read_text())
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    assert re.search(rf"\[\d+/\d+\] {chapter.name} \.\.\. ok in [\d.]+s", log), "no progress line for the chapter"
+
+
+def test_run_all_prints_a_summary_table(smoke_run):
+    _, log = smoke_run
+    table = log[log.index("chapter  "):]
+    for c in chapters(): assert re.search(rf"^{c.name}\s+ok\s+[\d.]+\s+\S", table, re.M), f"{c.name} missing from summary"
+
+
+# ---- the documentation site -------------------------------------------------------------------------------
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                  "--disable-component-update", "--disable-sync", "--disable-quic", "--hide-scrollbars"]
+
+
+def chromium() -> str:
+    "Debian's chromium, installed on first use (root can apt-get here)."
+    exe = shutil.which("chromium")
+    if exe is None:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=900)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env, capture_output=True, timeout=900)
+        exe = shutil.which("chromium")
+    assert exe, "chromium could not be installed"
+    return exe
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(); self.links, self.ids = [], set()
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a: self.ids.add(a["id"])
+        for k in ("href", "src"):
+            if a.get(k) and tag in ("a", "link", "script", "img"): self.links.append(a[k])
+
+
+def _parse(text):
+    p = _Links(); p.feed(text); return p
+
+
+@pytest.fixture(scope="module")
+def site(smoke_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    r = subprocess.run([str(BIN / "python"), str(ROOT / "tools" / "build_docs.py"), "--out", str(out),
+                        "--from-run", str(smoke_run[0])], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"docs build failed:\n{r.stdout}\n{r.stderr}"
+    missing = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def send_error(self, code, *a, **k):
+            if code == 404 and not self.path.startswith("/favicon"): missing.append(self.path)
+            return super().send_error(code, *a, **k)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield out, f"http://127.0.0.1:{server.server_address[1]}/", missing
+    server.shutdown()
+
+
+def test_site_has_a_page_per_notebook(site):
+    out, _, _ = site
+    for name in ["index.html", "core.html", "api/cli.html", "styles.css", "mathjax/MathJax.js"]:
+        assert (out / name).is_file(), f"{name} missing from the site"
+    assert "cvlc" in (out / "index.html").read_text()
+
+
+def test_site_has_no_broken_local_links(site):
+    out, base, _ = site
+    pages = [p.relative_to(out).as_posix() for p in out.rglob("*.html") if "mathjax" not in p.parts]
+    ids = {p: _parse((out / p).read_text()).ids for p in pages}
+    checked = 0
+    for page in pages:
+        for link in _parse((out / page).read_text()).links:
+            u = urllib.parse.urlparse(link)
+            if u.scheme or link.startswith(("mailto:", "//")): continue
+            target = urllib.parse.urljoin(base + page, link)
+            path = urllib.parse.urlparse(target).path.lstrip("/")
+            if u.path:
+                with urllib.request.urlopen(target.split("#")[0], timeout=10) as resp:
+                    assert resp.status == 200, f"{page}: {link} -> {resp.status}"
+            if u.fragment:
+                dest = path or page
+                assert u.fragment in ids.get(dest, set()), f"{page}: anchor {link} not found in {dest}"
+            checked += 1
+    assert checked > 10
+
+
+def _dom(url, tmp):
+    r = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp}", "--virtual-time-budget=15000",
+                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_pages_render_in_a_browser_with_title_api_and_equations(site, tmp_path):
+    out, base, missing = site
+    home = _dom(base + "index.html", tmp_path / "a")
+    assert re.search(r'<h1 class="title">cvlc</h1>', home)
+    assert 'class="MathJax_Display"' in home and 'class="MathJax"' in home, "the home page equation was not typeset"
+    assert "$$" not in re.sub(r"<script.*?</script>", "", home, flags=re.S), "raw TeX left on the page"
+    core = _dom(base + "core.html", tmp_path / "b")
+    assert re.search(r'<h1 class="title">Core</h1>', core)
+    for fn in ("seed_everything", "resolve_profile", "save_checkpoint", "load_checkpoint"):
+        assert f'id="{fn}"' in core, f"API section for {fn} missing"
+    assert "show_doc(" not in core, "show_doc calls should be hidden on the site"
+    assert not missing, f"the browser asked for files the site lacks: {missing}"
+    assert "pip" not in re.sub(r"<[^>]+>", "", core).split("Core", 1)[1][:500], "the Colab install cell leaked onto the page"
+
+
+def test_screenshot_of_the_core_chapter(site, tmp_path):
+    _, base, _ = site
+    shot_dir = ROOT / "runs" / "docs"
+    shot_dir.mkdir(parents=True, exist_ok=True)
+    for page in ("index", "core"):
+        shot = shot_dir / f"{page}.png"
+        shot.unlink(missing_ok=True)
+        r = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / page}", "--virtual-time-budget=15000",
+                            "--window-size=1280,1600", f"--screenshot={shot}", base + f"{page}.html"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and shot.is_file() and shot.stat().st_size > 20_000, r.stderr[-2000:]
