@@ -9,7 +9,7 @@ __all__ = ['contrastive', 'Block', 'contrastive_features', 'gather_with_grad', '
            'multilabel_supcon', 'info_nce', 'cross_modal_nce', 'bidirectional_nce', 'triplet_margin',
            'dynamic_margin_triplet']
 
-# %% ../nbs/01_losses.ipynb #7ae669a8
+# %% ../nbs/01_losses.ipynb #dfa5f22f
 import math, warnings
 from typing import Callable, NamedTuple, Sequence
 
@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-# %% ../nbs/01_losses.ipynb #f54d588e
+# %% ../nbs/01_losses.ipynb #24dd36ca
 _REDUCTIONS = ("mean", "sum", "none")
 
 def _compute_dtype(*ts: Tensor) -> torch.dtype:
@@ -36,23 +36,24 @@ def _block(S: Tensor, P: Tensor, M: Tensor | None, excl: Tensor | None, exclude_
     inv = torch.where(valid, 1 / wsum.clamp_min(torch.finfo(S.dtype).tiny), 0)
     D = None
     if not exclude_other_positives:
-        lse = torch.logsumexp(S, 1)
-        rows = torch.where(valid, lse - (P * S).sum(1) * inv, 0)
+        LS = torch.log_softmax(S, 1)                              # one fused pass: L - logsumexp over M
+        rows = -(P * LS).sum(1) * inv                             # 0 for rows without a positive
         if need_grad:
-            D = torch.exp(S - lse[:, None])                      # softmax over the candidates
-            D = (D - P * inv[:, None]) * valid[:, None]
+            D = LS.exp_()                                         # softmax over the candidates, in place
+            D.addcmul_(P, inv[:, None], value=-1)                 # - P / sum(P)
+            if not bool(valid.all()): D.mul_(valid[:, None])
     else:
         negS = S.masked_fill(P > 0, neg_big)
         nlse = torch.logsumexp(negS, 1, keepdim=True)             # finite even with no negative
         x = nlse - S
-        rows = torch.where(valid, (P * F.softplus(x)).sum(1) * inv, 0)
+        rows = (P * F.softplus(x)).sum(1) * inv
         if need_grad:
             sig = torch.sigmoid(x)
             coef = (P * sig).sum(1, keepdim=True) * inv[:, None]
             D = (torch.exp(negS - nlse) * coef - P * sig * inv[:, None]) * valid[:, None]
     return rows, valid, D
 
-# %% ../nbs/01_losses.ipynb #9bb32c3f
+# %% ../nbs/01_losses.ipynb #6973dae9
 def _check_float(x: Tensor, name: str, ndim: int | None = None) -> None:
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
@@ -88,7 +89,7 @@ def _check_core(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
         if bool(((pos_weight > 0) & ~candidate_mask).any()):
             raise ValueError("every positive must be a candidate: pos_weight > 0 where candidate_mask is False")
 
-# %% ../nbs/01_losses.ipynb #3a25a68a
+# %% ../nbs/01_losses.ipynb #d80ca84e
 class _CoreFn(torch.autograd.Function):
     "Row losses of the core with the gradient `_block` computes (pos_weight and mask are constants)."
     @staticmethod
@@ -125,7 +126,7 @@ def contrastive(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
     loss = _reduce(rows, valid, reduction, logits)
     return (loss, int(valid.sum())) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #f9391785
+# %% ../nbs/01_losses.ipynb #bcb0eb94
 class Block(NamedTuple):
     "Positive weights (rows x candidates), an optional candidate mask, and an optional column per row to exclude."
     pos_weight: Tensor
@@ -149,7 +150,7 @@ def _check_block(b: Block, rows: int, n_cand: int) -> None:
 class _FusedFn(torch.autograd.Function):
     "Sum of row losses over anchor blocks, with the gradients accumulated in the same pass."
     @staticmethod
-    def forward(ctx, A, C, scale, blocks, exclude_other_positives, chunk):
+    def forward(ctx, A, C, scale, blocks, exclude_other_positives, chunk, check):
         dt = _compute_dtype(A, C)
         Af, Cf, s = A.to(dt), C.to(dt), scale.to(dt)
         want_a, want_c, want_s = ctx.needs_input_grad[:3]
@@ -163,8 +164,8 @@ class _FusedFn(torch.autograd.Function):
             stop = min(start + chunk, len(Af))
             a = Af[start:stop]
             b = blocks(start, stop)
-            _check_block(b, stop - start, len(Cf))
-            S = (a @ Cf.T).mul_(s)
+            if check: _check_block(b, stop - start, len(Cf))
+            S = (a * s) @ Cf.T                                   # scale the small factor, not the block
             rows, valid, D = _block(S, b.pos_weight.to(dt), b.candidate_mask, b.excl, exclude_other_positives, want)
             total += rows.sum(); count += valid.sum()
             if want:
@@ -183,11 +184,11 @@ class _FusedFn(torch.autograd.Function):
         gA, gC, gs = ctx.saved_tensors
         ta, tc, ts = ctx.dtypes
         return (None if gA is None else (gA * g_total).to(ta), None if gC is None else (gC * g_total).to(tc),
-                (gs * g_total).to(ts), None, None, None)
+                (gs * g_total).to(ts), None, None, None, None)
 
 def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[int, int], Block], temperature=1.0, *,
                          exclude_other_positives: bool = False, reduction: str = "mean", chunk_size: int | None = None,
-                         return_count: bool = False):
+                         return_count: bool = False, check_blocks: bool = True):
     "The core on logits `anchors @ candidates.T / temperature`, blockwise (exact; the anchors x candidates matrix is never stored)."
     _check_float(anchors, "anchors", 2); _check_float(candidates, "candidates", 2)
     if anchors.shape[1] != candidates.shape[1]:
@@ -196,7 +197,7 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
     temperature = _check_temperature(temperature)
     if reduction == "none":   # per-row gradients need the per-row upstream weights: materialise the logits
         b = blocks(0, len(anchors))
-        _check_block(b, len(anchors), len(candidates))
+        if check_blocks: _check_block(b, len(anchors), len(candidates))
         L = anchors @ candidates.T / temperature
         M = b.candidate_mask
         if b.excl is not None:
@@ -206,7 +207,7 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
                            return_count=return_count)
     scale = (1 / temperature) if isinstance(temperature, Tensor) else torch.tensor(1 / temperature, dtype=torch.float64, device=anchors.device)
     total, count = _FusedFn.apply(anchors, candidates, scale.reshape(()), blocks, bool(exclude_other_positives),
-                                  _chunk_rows(len(candidates), chunk_size))
+                                  _chunk_rows(len(candidates), chunk_size), bool(check_blocks))
     if reduction == "sum": loss = total
     elif int(count) == 0:
         warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=2)
@@ -214,7 +215,7 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
     else: loss = total / count
     return (loss, int(count)) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #258b979c
+# %% ../nbs/01_losses.ipynb #06e8a65e
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_world_size(), dist.get_rank()
     return 1, 0
@@ -251,7 +252,7 @@ def _distributed_mean(total_loss: Tensor, count: int, device) -> Tensor:
         return total_loss * 0
     return total_loss * (world / n.item())
 
-# %% ../nbs/01_losses.ipynb #38909c98
+# %% ../nbs/01_losses.ipynb #58132919
 def _views(z: Tensor, name: str = "z") -> tuple[Tensor, int, int]:
     "(N, V, d) or (N, d) features -> (V*N, d) view-major, N, V."
     _check_float(z, name)
@@ -289,14 +290,14 @@ def _self_paired(z: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tensor
         return Block(w, None, ids[s:e])
     if world == 1:
         return contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                    reduction=reduction, chunk_size=chunk_size, return_count=return_count)
+                                    reduction=reduction, chunk_size=chunk_size, return_count=return_count, check_blocks=False)
     if reduction == "none": raise ValueError("distributed=True needs reduction='mean' or 'sum'")
     total, count = contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                        reduction="sum", chunk_size=chunk_size, return_count=True)
+                                        reduction="sum", chunk_size=chunk_size, return_count=True, check_blocks=False)
     loss = _distributed_mean(total, count, zz.device) if reduction == "mean" else total
     return (loss, count) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #ecad5723
+# %% ../nbs/01_losses.ipynb #5902feb4
 def _label_rows(la: Tensor) -> Callable:
     "Positive weights of anchor rows: 1 where the candidate has the anchor's label."
     return lambda ids, cids, rows: (la[ids[rows], None] == la[None, cids]).float()
@@ -326,7 +327,7 @@ def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: 
     if distributed: ids = ids + _world()[1] * z.shape[0]
     return supcon(z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size)
 
-# %% ../nbs/01_losses.ipynb #59d96c17
+# %% ../nbs/01_losses.ipynb #8d3e0372
 def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, temperature=0.5, *, dynamic: bool = False,
                   base_temperature: float | None = None, normalize: bool = True, exclude_other_positives: bool = False,
                   distributed: bool = False, reduction: str = "mean", chunk_size: int | None = None,
@@ -352,7 +353,7 @@ def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, te
     f = float(temperature) / base_temperature
     return (out[0] * f, out[1]) if return_count else out * f
 
-# %% ../nbs/01_losses.ipynb #07f6e993
+# %% ../nbs/01_losses.ipynb #8f884c35
 def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | None = None, temperature=0.1, *,
                       normalize: bool = True, distributed: bool = False, reduction: str = "mean",
                       chunk_size: int | None = None, return_count: bool = False):
@@ -371,7 +372,7 @@ def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | No
     return _self_paired(z, rows, temperature, normalize=normalize, distributed=distributed, exclude_other_positives=False,
                         reduction=reduction, chunk_size=chunk_size, return_count=return_count, extra=extra_negatives)
 
-# %% ../nbs/01_losses.ipynb #028ef410
+# %% ../nbs/01_losses.ipynb #e703cee8
 def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.07, *, normalize: bool = True,
              reduction: str = "mean", chunk_size: int | None = None, return_count: bool = False):
     "InfoNCE: each query against all keys, one positive key per query (index -1: none)."
@@ -428,7 +429,7 @@ def bidirectional_nce(sim: Tensor, temperature=1.0, positives: Tensor | None = N
     loss = contrastive(L, pos)
     return loss if not symmetric else (loss + contrastive(L.T, pos.T)) / 2
 
-# %% ../nbs/01_losses.ipynb #b20ab2c5
+# %% ../nbs/01_losses.ipynb #81e47fba
 def _distance(x: Tensor, y: Tensor, distance: str) -> Tensor:
     if distance == "cosine": return 1 - F.cosine_similarity(x, y, dim=-1)
     if distance == "euclidean": return (x - y).pow(2).sum(-1).clamp_min(1e-12).sqrt()
