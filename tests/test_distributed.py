@@ -1,0 +1,87 @@
+"""distributed=True: two processes on the gloo backend give the single-process loss and gradients (to 1e-6).
+
+Each rank holds half of the batch. The mean of the per-rank losses is the whole-batch loss, and each rank's
+feature gradient, once DDP divides it by the world size, is the single-process gradient of those features."""
+import os, socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from cvlc.losses import cross_modal_nce, multilabel_supcon, nt_xent, scaled_supcon, supcon
+
+WORLD, N, V, D = 2, 8, 2, 6
+
+
+def make_data():
+    g = torch.Generator().manual_seed(0)
+    return {"z": torch.randn(N, V, D, generator=g, dtype=torch.float64),
+            "b": torch.randn(N, D, generator=g, dtype=torch.float64),
+            "y": torch.randint(0, 3, (N,), generator=g),
+            "grp": torch.randint(0, 5, (N,), generator=g),
+            "mh": torch.rand(N, 4, generator=g) < 0.4,
+            "extra": torch.randn(N, 3, D, generator=g, dtype=torch.float64)}
+
+
+def cases(d, sl, distributed):
+    "Each case: a loss of the features `z` (which get the gradient), on the slice `sl` of the batch."
+    return {
+        "supcon": lambda z: supcon(z, d["y"][sl], 0.2, distributed=distributed),
+        "supcon_exclude": lambda z: supcon(z, d["y"][sl], 0.2, exclude_other_positives=True, distributed=distributed),
+        "nt_xent": lambda z: nt_xent(z, 0.5, distributed=distributed),
+        "scaled_supcon": lambda z: scaled_supcon(z, d["y"][sl], d["grp"][sl], 20, 0.5, distributed=distributed),
+        "scaled_supcon_dynamic": lambda z: scaled_supcon(z, d["y"][sl], d["grp"][sl], 20, 0.5, dynamic=True, distributed=distributed),
+        "mlcl": lambda z: multilabel_supcon(z, d["mh"][sl], d["extra"][sl], 0.2, distributed=distributed),
+        "cross_modal": lambda z: cross_modal_nce(z[:, 0], d["b"][sl], 0.1, distributed=distributed),
+        "supcon_chunked": lambda z: supcon(z, d["y"][sl], 0.2, distributed=distributed, chunk_size=3),
+    }
+
+
+def run_cases(d, sl, distributed):
+    out = {}
+    for name, fn in cases(d, sl, distributed).items():
+        z = d["z"][sl].clone().requires_grad_()
+        loss = fn(z)
+        loss.backward()
+        out[name] = (loss.item(), z.grad.clone())
+    return out
+
+
+def _worker(rank, port, path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        d = make_data()
+        n = N // WORLD
+        torch.save(run_cases(d, slice(rank * n, (rank + 1) * n), True), f"{path}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ddp")
+    mp.spawn(_worker, args=(_free_port(), str(path)), nprocs=WORLD, join=True)
+    return [torch.load(path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+
+
+@pytest.mark.parametrize("name", list(cases(make_data(), slice(None), False)))
+def test_two_processes_match_one(ranks, name):
+    single = run_cases(make_data(), slice(None), False)[name]
+    losses = [r[name][0] for r in ranks]
+    assert abs(sum(losses) / WORLD - single[0]) < 1e-6, (losses, single[0])
+    grads = torch.cat([r[name][1] for r in ranks]) / WORLD   # what DDP's averaging makes of each rank's gradient
+    assert torch.allclose(grads, single[1], atol=1e-6, rtol=0), (grads - single[1]).abs().max()
+
+
+def test_no_distributed_group_means_plain_single_process():
+    d = make_data()
+    z = d["z"]
+    assert torch.allclose(supcon(z, d["y"], 0.2, distributed=True), supcon(z, d["y"], 0.2))
