@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/api/cli.html.md"""
 __all__ = ['CliError', 'Chapter', 'find_nbs', 'list_chapters', 'find_chapter', 'parse_params', 'declared_params', 'ChapterFailed',
            'run_chapter', 'default_out', 'summary_table', 'main']
 
-# %% ../nbs/api/cli.ipynb #4f6495ce
+# %% ../nbs/api/cli.ipynb #11857d77
 import argparse, ast, json, os, re, sys, time
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .core import PROFILES
 
-# %% ../nbs/api/cli.ipynb #9fbc44fd
+# %% ../nbs/api/cli.ipynb #79e2040a
 class CliError(Exception):
     "A user error on the command line: printed as one line, exit code 2."
 
@@ -68,7 +68,7 @@ def find_chapter(query: str, chapters: Sequence[Chapter]) -> Chapter:
     if not hits: raise CliError(f"unknown chapter {query!r}; the chapters are: {names} (or 'all')")
     raise CliError(f"chapter {query!r} is ambiguous: {', '.join(c.name for c in hits)}")
 
-# %% ../nbs/api/cli.ipynb #3e37bf82
+# %% ../nbs/api/cli.ipynb #bccd83fb
 def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
     "`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else strings."
     out = {}
@@ -83,7 +83,7 @@ def declared_params(chapter: Chapter) -> dict[str, Any]:
     import papermill
     return papermill.inspect_notebook(str(chapter.path))
 
-# %% ../nbs/api/cli.ipynb #5efb8170
+# %% ../nbs/api/cli.ipynb #81f54cc2
 class ChapterFailed(Exception):
     "A chapter raised while running: the message names the executed notebook to open."
 
@@ -106,7 +106,8 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
     os.environ["CVLC_OUT"] = str(out.resolve())
     try:
         papermill.execute_notebook(str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
-                                   cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3")
+                                   cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3",
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no transport chatter per chapter
     except papermill.PapermillExecutionError as e:
         raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                             f"  open {executed} to see where") from None
@@ -121,7 +122,7 @@ def default_out() -> Path:
     "A new run folder `runs/<timestamp>` under the current directory."
     return Path.cwd() / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
 
-# %% ../nbs/api/cli.ipynb #d3c7cf3f
+# %% ../nbs/api/cli.ipynb #50df5377
 def _fmt(v: Any) -> str:
     if isinstance(v, bool): return "yes" if v else "no"
     if isinstance(v, float): return f"{v:.4g}"
@@ -138,7 +139,7 @@ def summary_table(results: Sequence[tuple[str, str, float, dict]]) -> str:
     lines.insert(1, "-" * max(len(l) for l in lines))
     return "\n".join(lines)
 
-# %% ../nbs/api/cli.ipynb #0c8f44d9
+# %% ../nbs/api/cli.ipynb #df8cda33
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cvlc", description="Run the chapters of the cvlc course.")
     ap.add_argument("--nbs", help="folder of the course notebooks (default: ./nbs or $CVLC_NBS)")

@@ -41,7 +41,8 @@ def execute(nb: Path, dest: Path, profile: str, from_run: Path | None) -> Path:
         shutil.move(out.parent / f".run-{nb.stem}" / f"{nb.stem}.ipynb", out)
     else:
         import papermill
-        papermill.execute_notebook(str(nb), str(out), cwd=str(nb.parent), progress_bar=False, kernel_name="python3")
+        papermill.execute_notebook(str(nb), str(out), cwd=str(nb.parent), progress_bar=False, kernel_name="python3",
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])
     return out
 
 
