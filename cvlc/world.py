@@ -14,7 +14,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 
            'true_captions', 'hard_negatives', 'Question', 'execute', 'question_text', 'sample_program',
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #7b23e39d
+# %% ../nbs/02_world.ipynb #0960b4b3
 import collections, functools, itertools, json, math, os, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-# %% ../nbs/02_world.ipynb #d34def4c
+# %% ../nbs/02_world.ipynb #cb5d3ed6
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #cedee088
+# %% ../nbs/02_world.ipynb #fbec6570
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #c3cbd92d
+# %% ../nbs/02_world.ipynb #05c9dead
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -150,7 +150,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
         return Scene(image_id, objs, cfg.size)
     raise RuntimeError("could not place the objects; lower max_objects")
 
-# %% ../nbs/02_world.ipynb #5e3d6da7
+# %% ../nbs/02_world.ipynb #f757ed22
 def _vertices(o: Obj, side: float) -> np.ndarray:
     th = math.radians(o.rotation)
     rot = np.array([[math.cos(th), -math.sin(th)], [math.sin(th), math.cos(th)]])
@@ -186,7 +186,7 @@ def render_scene(scene: Scene, supersample: int = 4) -> np.ndarray:
     for k, o in enumerate(scene.objects): o.visible = int(counts[k + 1])
     return np.asarray(img)
 
-# %% ../nbs/02_world.ipynb #5466063c
+# %% ../nbs/02_world.ipynb #5b086bc5
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -241,7 +241,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #664fd545
+# %% ../nbs/02_world.ipynb #a7eb2804
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -282,7 +282,7 @@ class LF:
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #4b0e91eb
+# %% ../nbs/02_world.ipynb #3b0afb48
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -297,7 +297,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #ed28afb2
+# %% ../nbs/02_world.ipynb #1069fde1
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -336,7 +336,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #7b1e5538
+# %% ../nbs/02_world.ipynb #a9f8f4a1
 class SceneTruth:
     "Fast truth of logical forms on one scene (the generator's hot path); agrees with `truth_matrix`."
     def __init__(self, scene: Scene, R: np.ndarray | None = None):
@@ -354,7 +354,7 @@ class SceneTruth:
         sub = self.R[PREDICATES.index(lf.pred)][np.ix_(m1, self.fit(lf.d2))]
         return 1 if (sub == 1).any() else -1 if (sub == -1).any() else 0
 
-# %% ../nbs/02_world.ipynb #9f6746d9
+# %% ../nbs/02_world.ipynb #242da5a9
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -422,7 +422,7 @@ def caption_text(lf: LF, rng: np.random.Generator, template: int | None = None) 
     if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #3a15e3e4
+# %% ../nbs/02_world.ipynb #d4d764d6
 def random_desc(o: Obj, rng: np.random.Generator, min_attrs: int = 0) -> Desc:
     "A description of `o` fixing a random subset of its attributes (shape more often than the others)."
     keep = {a: rng.random() < (0.8 if a == "shape" else 0.45) for a in ATTRS}
@@ -493,7 +493,7 @@ def hard_negatives(scene: Scene, lf: LF, rng: np.random.Generator, k: int = 1, t
 
 def _lf_kw(lf: LF) -> dict: return {"d1": lf.d1, "pred": lf.pred, "d2": lf.d2, "n": lf.n}
 
-# %% ../nbs/02_world.ipynb #a9fb40a4
+# %% ../nbs/02_world.ipynb #5260290e
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -586,14 +586,14 @@ def execute(program: dict, scene: Scene, R: np.ndarray | None = None):
     raise ValueError(f"unknown question family {f!r}")
 
 def _degenerate(program: dict, scene: Scene, R: np.ndarray) -> bool:
-    "A relational question whose answer is the same with the relation dropped."
+    "CLEVR's rule: a relational question is degenerate when its relation filters nothing out (or, for a query, is not needed)."
     f = program["family"]
     if not f.endswith("_rel"): return False
-    base = {**program, "family": f[:-4], "pred": None, "d2": None}
-    if f == "query_rel":
-        ks = _filter(scene, _desc(program["d1"]))[0]
-        return len(ks) == 1
-    return execute(base, scene, R) == execute(program, scene, R)
+    d1 = _desc(program["d1"])
+    ref = [k for k, o in enumerate(scene.objects) if _desc(program["d2"]).fits(o)][0]
+    without = _filter(scene, d1, ref=ref)[0]
+    if f == "query_rel": return len(without) == 1
+    return without == _filter(scene, d1, R, program["pred"], ref)[0]
 
 def _question_slots(program: dict, rng, test: bool) -> dict[str, list[str]]:
     d1 = _desc(program["d1"]); w1 = desc_words(d1, rng, test=test); w1s = desc_words(d1, rng, plural=True, test=test)
@@ -644,6 +644,8 @@ def sample_program(scene: Scene, R: np.ndarray, family: str, rng) -> dict | None
         if not true_subj: return None
         a = true_subj[rng.integers(len(true_subj))]
         ps = [p for p in range(8) if R[p, a, j] == 1]
+        if family != "query_rel" and rng.random() < 0.5:          # a subject that may not stand in the relation: "no" answers
+            a = int(rng.choice([x for x in range(len(objs)) if x != j]))
         prog["pred"], prog["d2"] = PREDICATES[ps[rng.integers(len(ps))]], d2.as_dict()
         prog["d1"] = random_desc(objs[a], rng).as_dict()
         if family == "query_rel":
@@ -669,7 +671,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
     others = [a for a in space if a != answer]
     return [others[rng.integers(len(others))] if others and rng.random() < rate else answer for _ in range(10)]
 
-# %% ../nbs/02_world.ipynb #4b98c567
+# %% ../nbs/02_world.ipynb #3e9c3a22
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -724,14 +726,18 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #cb4c3636
+# %% ../nbs/02_world.ipynb #82ae4883
 class _Balancer:
     "CLEVR-style rejection: an answer already more frequent than the family's rarest seen answer is sometimes refused."
     def __init__(self): self.counts = collections.defaultdict(collections.Counter)
     def accept(self, family: str, answer: str, space: list[str], rng) -> bool:
         c = self.counts[family]
-        low = min(c.get(a, 0) for a in space)
-        ok = rng.random() < (low + 2) / (c.get(answer, 0) + 2)
+        if len(space) == 2:    # yes / no: a hard cap, within 10% (+3) of the rarer answer
+            low = min(c.get(a, 0) for a in space)
+            ok = c.get(answer, 0) <= 1.1 * low + 3
+        else:                  # many answers: refuse frequent ones in proportion
+            low = min((c[a] for a in c), default=0)
+            ok = rng.random() < (low + 2) / (c.get(answer, 0) + 2)
         if ok: c[answer] += 1
         return ok
 
@@ -756,7 +762,7 @@ def annotate_image(scene: Scene, cfg: WorldConfig, rng: np.random.Generator, ids
         if prog is None: continue
         ans = execute(prog, scene, R)
         space = _answer_space(prog)
-        if not balancer.accept(fam, ans, space, rng): continue
+        if not balancer.accept(fam + (f"/{prog['attr']}" if prog.get("attr") else ""), ans, space, rng): continue
         gid = ids["question"]
         wordings = [int(rng.integers(TRAIN_TEMPLATES))] + [int(x) for x in rng.choice(np.arange(TRAIN_TEMPLATES, 8), cfg.rephrasings, replace=False)]
         for w in wordings:
@@ -790,7 +796,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
         scenes.append(s); caps += c; qs += q; rels += r
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #890bd2e6
+# %% ../nbs/02_world.ipynb #37feed95
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
