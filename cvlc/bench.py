@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 __all__ = ['plain_supcon', 'time_ms', 'peak_mb_here', 'peak_mb', 'bench_supcon', 'interleaved_ms', 'format_table', 'big_run',
            'main']
 
-# %% ../nbs/api/bench.ipynb #5e2fb6c4
+# %% ../nbs/api/bench.ipynb #c71c61d9
 import argparse, gc, json, re, statistics, subprocess, sys, time
 from typing import Callable, Sequence
 
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .losses import supcon
 
-# %% ../nbs/api/bench.ipynb #42c858fe
+# %% ../nbs/api/bench.ipynb #fae7c346
 def plain_supcon(z: torch.Tensor, labels: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
     "Reference SupCon: a vectorised masked log-softmax over the full (2N x 2N) similarity matrix."
     n, v, d = z.shape
@@ -88,7 +88,7 @@ def peak_mb(impl: str, n: int, **kw) -> float | None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
 
-# %% ../nbs/api/bench.ipynb #45cddaed
+# %% ../nbs/api/bench.ipynb #17ff54db
 def bench_supcon(sizes: Sequence[int] = (420, 1024, 4096, 8192), d: int = 128, views: int = 2, classes: int = 10,
                  temperature: float = 0.1, repeats: int = 3, memory: bool = True, device: str = "cpu",
                  skip_pml_above: int | None = None, progress: bool = True) -> list[dict]:
@@ -128,7 +128,7 @@ def format_table(results: Sequence[dict]) -> str:
                      f"{f(cm, '>9.1f')} {f(pm, '>10.1f')} {f(cm / pm if cm is not None and pm else None, '>9.3f')}")
     return "\n".join(lines)
 
-# %% ../nbs/api/bench.ipynb #6db79480
+# %% ../nbs/api/bench.ipynb #bcd21f3f
 def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, temperature: float = 0.1) -> dict:
     "One forward + backward of cvlc's SupCon at a size no dense implementation fits: time and peak memory (fresh process)."
     z, y = _inputs(n, d, views, classes, "cpu")
@@ -157,4 +157,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.json, "w") as f: json.dump(out, f, indent=1)
     return 0
 
-if __name__ == "__main__" and "ipykernel" not in sys.modules: sys.exit(main())   # `python -m cvlc.bench`, not a notebook
+if __name__ == "__main__" and "IPython" not in sys.modules: sys.exit(main())   # `python -m cvlc.bench`, not a notebook
