@@ -11,7 +11,7 @@ __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'G
            'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects', 'RavenSet',
            'load_raven']
 
-# %% ../nbs/04_data.ipynb #c6b19698
+# %% ../nbs/04_data.ipynb #1202c0e7
 import json, os, re, warnings, xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ import numpy as np
 
 from .metrics import normalize_answer, vqa_score
 
-# %% ../nbs/04_data.ipynb #deb9945a
+# %% ../nbs/04_data.ipynb #4338dc22
 import torch
 from torch.utils.data import Dataset
 from .world import World, WorldConfig, make_world, sample_scene, render_scene, annotate_image, _Balancer
@@ -101,7 +101,7 @@ class GeneratedRPM(Dataset):
         return {"images": _image_tensor(render_puzzle(p, self.cfg.size, self.cfg.supersample)), "target": p.target,
                 "meta_target": torch.from_numpy(meta_target(p).astype(np.float32)), "sparse": torch.from_numpy(sparse_rules(p).astype(np.float32))}
 
-# %% ../nbs/04_data.ipynb #f446f56e
+# %% ../nbs/04_data.ipynb #4f35f280
 class DataFormatError(ValueError):
     "A dataset file does not have the official format: the message names the file, the record and the field."
     def __init__(self, file, record, fld, problem: str):
@@ -152,7 +152,7 @@ def _each(items: Iterable, file, on_error: str, parse: Callable[[Any, int], Any]
     report.warn_if_skipped()
     return out
 
-# %% ../nbs/04_data.ipynb #27bd7b77
+# %% ../nbs/04_data.ipynb #cca45111
 @dataclass
 class VQAQuestion:
     "One VQA question with its human answers; `group_id` ties a question to its rephrasings."
@@ -219,7 +219,7 @@ def soft_target(question: VQAQuestion, vocab_index: Mapping[str, int]) -> dict[i
             if s > 0: out[vocab_index[a]] = s
     return out
 
-# %% ../nbs/04_data.ipynb #d74e6ad1
+# %% ../nbs/04_data.ipynb #4d31e6e5
 @dataclass
 class CaptionedImage:
     "An image and its captions (COCO / Flickr30K)."
@@ -287,7 +287,7 @@ def caption_truth(images: Sequence[CaptionedImage]) -> np.ndarray:
         truth[i, start:start + len(im.captions)] = True; start += len(im.captions)
     return truth
 
-# %% ../nbs/04_data.ipynb #d2cde079
+# %% ../nbs/04_data.ipynb #579aaf01
 @dataclass
 class Phrase:
     "A phrase of a caption: its words [first_word, first_word + n_words), its entity, types and boxes."
@@ -363,7 +363,7 @@ def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_
     per_image = _each(ids, root, on_error, parse, report)
     return [c for caps in per_image for c in caps], report
 
-# %% ../nbs/04_data.ipynb #eb51a436
+# %% ../nbs/04_data.ipynb #3299b99e
 @dataclass
 class Relation:
     "A (subject, predicate, object) triplet of an image with the two boxes."
@@ -428,7 +428,7 @@ def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = 
         return iid, objs
     return dict(_each(data, f, on_error, parse, report)), report
 
-# %% ../nbs/04_data.ipynb #239fa81d
+# %% ../nbs/04_data.ipynb #e24e6e14
 @dataclass
 class RavenSet:
     "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure and source file per puzzle."
