@@ -9,7 +9,7 @@ __all__ = ['contrastive', 'Block', 'contrastive_features', 'gather_with_grad', '
            'multilabel_supcon', 'info_nce', 'cross_modal_nce', 'bidirectional_nce', 'triplet_margin',
            'dynamic_margin_triplet']
 
-# %% ../nbs/01_losses.ipynb #b3acd563
+# %% ../nbs/01_losses.ipynb #d80283e4
 import math, warnings
 from typing import Callable, NamedTuple, Sequence
 
@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-# %% ../nbs/01_losses.ipynb #92d9cd4e
+# %% ../nbs/01_losses.ipynb #bc035f8a
 _REDUCTIONS = ("mean", "sum", "none")
 
 def _compute_dtype(*ts: Tensor) -> torch.dtype:
@@ -53,7 +53,7 @@ def _block(S: Tensor, P: Tensor, M: Tensor | None, excl: Tensor | None, exclude_
             D = (torch.exp(negS - nlse) * coef - P * sig * inv[:, None]) * valid[:, None]
     return rows, valid, D
 
-# %% ../nbs/01_losses.ipynb #81fd7d13
+# %% ../nbs/01_losses.ipynb #cd382580
 def _check_float(x: Tensor, name: str, ndim: int | None = None) -> None:
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
@@ -89,7 +89,7 @@ def _check_core(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
         if bool(((pos_weight > 0) & ~candidate_mask).any()):
             raise ValueError("every positive must be a candidate: pos_weight > 0 where candidate_mask is False")
 
-# %% ../nbs/01_losses.ipynb #d194089a
+# %% ../nbs/01_losses.ipynb #9f805503
 class _CoreFn(torch.autograd.Function):
     "Row losses of the core with the gradient `_block` computes (pos_weight and mask are constants)."
     @staticmethod
@@ -126,7 +126,7 @@ def contrastive(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
     loss = _reduce(rows, valid, reduction, logits)
     return (loss, int(valid.sum())) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #a51752ed
+# %% ../nbs/01_losses.ipynb #18dbdcaa
 class Block(NamedTuple):
     "Positive weights (rows x candidates), an optional candidate mask, and an optional column per row to exclude."
     pos_weight: Tensor
@@ -215,7 +215,7 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
     else: loss = total / count
     return (loss, int(count)) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #c59c654b
+# %% ../nbs/01_losses.ipynb #82752074
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_world_size(), dist.get_rank()
     return 1, 0
@@ -252,7 +252,7 @@ def _distributed_mean(total_loss: Tensor, count: int, device) -> Tensor:
         return total_loss * 0
     return total_loss * (world / n.item())
 
-# %% ../nbs/01_losses.ipynb #edc2f5a5
+# %% ../nbs/01_losses.ipynb #257d450c
 def _views(z: Tensor, name: str = "z") -> tuple[Tensor, int, int]:
     "(N, V, d) or (N, d) features -> (V*N, d) view-major, N, V."
     _check_float(z, name)
@@ -297,7 +297,7 @@ def _self_paired(z: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tensor
     loss = _distributed_mean(total, count, zz.device) if reduction == "mean" else total
     return (loss, count) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #f21024e8
+# %% ../nbs/01_losses.ipynb #39cc63dc
 def _label_rows(la: Tensor) -> Callable:
     "Positive weights of anchor rows: 1 where the candidate has the anchor's label."
     return lambda ids, cids, rows: (la[ids[rows], None] == la[None, cids]).float()
@@ -327,7 +327,7 @@ def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: 
     if distributed: ids = ids + _world()[1] * z.shape[0]
     return supcon(z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size)
 
-# %% ../nbs/01_losses.ipynb #8e553c7c
+# %% ../nbs/01_losses.ipynb #a2f10654
 def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, temperature=0.5, *, dynamic: bool = False,
                   base_temperature: float | None = None, normalize: bool = True, exclude_other_positives: bool = False,
                   distributed: bool = False, reduction: str = "mean", chunk_size: int | None = None,
@@ -353,7 +353,7 @@ def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, te
     f = float(temperature) / base_temperature
     return (out[0] * f, out[1]) if return_count else out * f
 
-# %% ../nbs/01_losses.ipynb #7a52c9cf
+# %% ../nbs/01_losses.ipynb #3e5d470a
 def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | None = None, temperature=0.1, *,
                       normalize: bool = True, distributed: bool = False, reduction: str = "mean",
                       chunk_size: int | None = None, return_count: bool = False):
@@ -372,7 +372,7 @@ def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | No
     return _self_paired(z, rows, temperature, normalize=normalize, distributed=distributed, exclude_other_positives=False,
                         reduction=reduction, chunk_size=chunk_size, return_count=return_count, extra=extra_negatives)
 
-# %% ../nbs/01_losses.ipynb #ba658174
+# %% ../nbs/01_losses.ipynb #13b4a8a7
 def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.07, *, normalize: bool = True,
              reduction: str = "mean", chunk_size: int | None = None, return_count: bool = False):
     "InfoNCE: each query against all keys, one positive key per query (index -1: none)."
@@ -429,7 +429,7 @@ def bidirectional_nce(sim: Tensor, temperature=1.0, positives: Tensor | None = N
     loss = contrastive(L, pos)
     return loss if not symmetric else (loss + contrastive(L.T, pos.T)) / 2
 
-# %% ../nbs/01_losses.ipynb #3dba99f2
+# %% ../nbs/01_losses.ipynb #8410b848
 def _distance(x: Tensor, y: Tensor, distance: str) -> Tensor:
     if distance == "cosine": return 1 - F.cosine_similarity(x, y, dim=-1)
     if distance == "euclidean": return (x - y).pow(2).sum(-1).clamp_min(1e-12).sqrt()

@@ -68,3 +68,24 @@ def test_chapter_opens_with_hidden_colab_install_cell(chapter):
 def test_chapters_exist_and_are_in_order():
     names = [c.name for c in chapters()]
     assert names and names[0] == "00_core" and names == sorted(names)
+
+
+def _code_cells(nb):
+    for c in nb["cells"]:
+        if c["cell_type"] == "code": yield "".join(c["source"])
+
+
+@pytest.mark.parametrize("nb_path", sorted(NBS.rglob("[0-9a-z]*.ipynb")), ids=lambda p: p.name)
+def test_no_cell_mixes_imports_with_other_code(nb_path):
+    """nbdev's documentation processor re-runs every cell that contains an import; one that also runs other code
+    breaks the docs build (or does work twice). Exported cells are exempt: their code only defines things."""
+    if "runs" in nb_path.parts or ".ipynb_checkpoints" in nb_path.parts: return
+    nb = json.loads(nb_path.read_text())
+    bad = []
+    for src in _code_cells(nb):
+        if src.lstrip().startswith(("#| export", "#| hide")): continue
+        try: tree = ast.parse(src)
+        except SyntaxError: continue   # IPython magics
+        kinds = {isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body}
+        if kinds == {True, False}: bad.append(src.splitlines()[0])
+    assert not bad, f"{nb_path.name}: cells mixing imports with code: {bad}"
