@@ -8,10 +8,10 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
            'N_COMPONENTS', 'SPARSE_BITS', 'ALL_RULES', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'fits_int',
            'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle',
-           'sample_puzzle', 'answer_set', 'render_panel', 'render_puzzle', 'meta_target', 'sparse_rules', 'RPMSet',
-           'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
+           'sample_puzzle', 'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_target',
+           'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
 
-# %% ../nbs/03_rpm.ipynb #88d158de
+# %% ../nbs/03_rpm.ipynb #2d9f7497
 import collections, itertools, json, math, os, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-# %% ../nbs/03_rpm.ipynb #1ac7078d
+# %% ../nbs/03_rpm.ipynb #f2329279
 TYPES = ("triangle", "square", "pentagon", "hexagon", "circle")
 SIZE_LEVELS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 COLOR_LEVELS = (255, 224, 196, 168, 140, 112, 84, 56, 28, 0)   # level 0 is white, as in RAVEN
@@ -51,7 +51,7 @@ def sparse_index(component: int, attribute: str, rule: str) -> int:
     "Bit of the sparse (MLCL) rule encoding: (component * 5 + attribute) * 4 + rule, in the orders of ATTRIBUTES and RULES."
     return (component * len(ATTRIBUTES) + ATTRIBUTES.index(attribute)) * len(RULES) + RULES.index(rule)
 
-# %% ../nbs/03_rpm.ipynb #7d5da739
+# %% ../nbs/03_rpm.ipynb #36397f89
 @dataclass(frozen=True)
 class CompState:
     "One component in one panel: occupied slots (sorted), type, size and colour levels, entity rotations."
@@ -74,7 +74,7 @@ class Rule:
     rule: str
     param: int = 0
 
-# %% ../nbs/03_rpm.ipynb #883a7cc0
+# %% ../nbs/03_rpm.ipynb #b2a6c616
 def _row_values(rule: str, param: int, start, rng, lo: int, hi: int, second=None):
     "One row of three values of an integer attribute in [lo, hi], or None if the rule leaves the range."
     a = start
@@ -107,7 +107,7 @@ def fits_set(rule: str, param: int, row: Sequence[tuple], n_slots: int) -> bool:
     if rule == "Arithmetic": return c == (a | b if param > 0 else a - b)
     return False
 
-# %% ../nbs/03_rpm.ipynb #b2b1fb9c
+# %% ../nbs/03_rpm.ipynb #2bcdc2be
 ALL_RULES = {"int": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)],
              "set": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)]}
 
@@ -140,7 +140,7 @@ def predict(rule: str, param: int, grid: list[list], kind: str, lo: int, n_slots
     if rule == "Progression": return b + param
     return a + b + (1 if lo == 0 else 0) if param > 0 else a - b - (1 if lo == 0 else 0)
 
-# %% ../nbs/03_rpm.ipynb #e5c9c57a
+# %% ../nbs/03_rpm.ipynb #83d5f2fc
 def _kind(attr): return "set" if attr == "Position" else "int"
 def _lo(attr): return 1 if attr == "Number" else 0
 
@@ -163,7 +163,7 @@ def consistent(panel: Sequence[CompState], preds: dict) -> bool:
     "Whether a completion satisfies every prediction of the solver."
     return all(_key(panel[c].value(attr)) in vals for (c, attr), vals in preds.items())
 
-# %% ../nbs/03_rpm.ipynb #fc63f76c
+# %% ../nbs/03_rpm.ipynb #e01ebb89
 @dataclass
 class RPMConfig:
     "Generation settings; the split options make generalisation regimes."
@@ -303,7 +303,7 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
         return Puzzle(conf, rules, panels[:8], cands, int(np.nonzero(order == 0)[0][0]))
     raise RuntimeError("could not generate a puzzle with these settings; relax the split options")
 
-# %% ../nbs/03_rpm.ipynb #4ec23f8d
+# %% ../nbs/03_rpm.ipynb #463d0341
 def _modifiable(comps, layout_attr) -> list[tuple[int, str]]:
     out = []
     for c, (kind, slots) in enumerate(comps):
@@ -369,7 +369,7 @@ def _take(s: CompState, attr: str, alt: CompState) -> CompState:
 
 def _sym(panel) -> tuple: return tuple(c.symbolic() for c in panel)
 
-# %% ../nbs/03_rpm.ipynb #192ec992
+# %% ../nbs/03_rpm.ipynb #53e534c2
 _POLY = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6}
 
 def _shape_points(t: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
@@ -377,29 +377,40 @@ def _shape_points(t: str, cx: float, cy: float, r: float, angle: float) -> list[
     a0 = math.radians(angle) - math.pi / 2 + (math.pi / 4 if t == "square" else 0)
     return [(cx + r * math.cos(a0 + 2 * math.pi * k / n), cy + r * math.sin(a0 + 2 * math.pi * k / n)) for k in range(n)]
 
-def render_panel(panel: Sequence[CompState], configuration: str, size: int = 80, supersample: int = 2) -> np.ndarray:
-    "One panel as a (size, size) uint8 grayscale image."
-    S = size * supersample
-    img = Image.new("L", (S, S), 255)
-    d = ImageDraw.Draw(img)
+def _draw_panel(d: ImageDraw.ImageDraw, panel: Sequence[CompState], configuration: str, S: int, ox: int = 0, oy: int = 0) -> None:
+    "Draw one panel of side S (pixels) with its top-left corner at (ox, oy)."
     lw = max(1, round(S / 80))
     for (kind, slots), comp in zip(LAYOUTS[configuration], panel):
         for j, si in enumerate(comp.slots):
             cx, cy, side = slots[si]
+            x, y = ox + cx * S, oy + cy * S
             r = 0.5 * side * SIZE_LEVELS[comp.size] * S * 0.9
             fill = 255 if kind == "out" else COLOR_LEVELS[comp.color]
             t = TYPES[comp.type]
             ang = comp.angles[j] if j < len(comp.angles) else 0
-            if t == "circle": d.ellipse([cx * S - r, cy * S - r, cx * S + r, cy * S + r], fill=fill, outline=0, width=lw)
-            else: d.polygon(_shape_points(t, cx * S, cy * S, r, 0 if kind == "out" else ang), fill=fill, outline=0, width=lw)
-    if supersample > 1: img = img.resize((size, size), Image.BOX)
-    return np.asarray(img)
+            if t == "circle": d.ellipse([x - r, y - r, x + r, y + r], fill=fill, outline=0, width=lw); continue
+            a = 0 if kind == "out" else ang
+            d.polygon(_shape_points(t, x, y, r, a), fill=0)                               # outline: a black polygon ...
+            d.polygon(_shape_points(t, x, y, r - lw / math.cos(math.pi / _POLY[t]), a), fill=fill)   # ... and the fill inset by lw
+
+def render_panels(panels: Sequence[Sequence[CompState]], configuration: str, size: int = 80, supersample: int = 2) -> np.ndarray:
+    "(len(panels), size, size) uint8: panels drawn side by side on one canvas and box-filtered down at once."
+    S, n = size * supersample, len(panels)
+    img = Image.new("L", (S * n, S), 255)
+    d = ImageDraw.Draw(img)
+    for k, panel in enumerate(panels): _draw_panel(d, panel, configuration, S, ox=k * S)
+    if supersample > 1: img = img.resize((size * n, size), Image.BOX)     # an exact factor: no pixel mixes two panels
+    return np.asarray(img).reshape(size, n, size).transpose(1, 0, 2)
+
+def render_panel(panel: Sequence[CompState], configuration: str, size: int = 80, supersample: int = 2) -> np.ndarray:
+    "One panel as a (size, size) uint8 grayscale image."
+    return render_panels([panel], configuration, size, supersample)[0]
 
 def render_puzzle(p: Puzzle, size: int = 80, supersample: int = 2) -> np.ndarray:
     "(16, size, size) uint8: the 8 context panels, then the 8 candidates."
-    return np.stack([render_panel(x, p.configuration, size, supersample) for x in p.context + p.candidates])
+    return np.ascontiguousarray(render_panels(p.context + p.candidates, p.configuration, size, supersample))
 
-# %% ../nbs/03_rpm.ipynb #d7a81cce
+# %% ../nbs/03_rpm.ipynb #5097f128
 def _counted(p: Puzzle) -> list[Rule]:
     kinds = [k for k, _ in LAYOUTS[p.configuration]]
     return [r for r in p.rules if not (kinds[r.component] in ("single", "out") and r.attribute in ("Number", "Position"))
@@ -417,7 +428,7 @@ def sparse_rules(p: Puzzle) -> np.ndarray:
     for r in _counted(p): m[sparse_index(r.component, r.attribute, r.rule)] = 1
     return m
 
-# %% ../nbs/03_rpm.ipynb #de1366d7
+# %% ../nbs/03_rpm.ipynb #f1d14719
 @dataclass
 class RPMSet:
     "Generated Raven matrices: images (n, 16, H, W) uint8, target, meta_target (n, 9), sparse rules (n, 40) and the symbolic puzzles."
@@ -481,7 +492,7 @@ def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig |
     return RPMSet(images, np.array([p.target for p in puzzles]), np.stack([meta_target(p) for p in puzzles]),
                   np.stack([sparse_rules(p) for p in puzzles]), puzzles, cfg, seed)
 
-# %% ../nbs/03_rpm.ipynb #efd5f5bd
+# %% ../nbs/03_rpm.ipynb #0a28bc19
 def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
     "Accuracy of picking, from the candidates alone, the one that shares the most frequent value of every attribute."
     rng = np.random.default_rng(seed)
@@ -494,7 +505,7 @@ def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
         hits += int(rng.choice(best) == p.target)
     return hits / len(rs)
 
-# %% ../nbs/03_rpm.ipynb #d49dcb6f
+# %% ../nbs/03_rpm.ipynb #8259c18b
 TRANSFORMS = ("identity", "hflip", "vflip", "rot90", "rot180", "rot270", "transpose")
 
 def _apply(img: np.ndarray, t: str) -> np.ndarray:
