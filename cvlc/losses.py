@@ -9,7 +9,7 @@ __all__ = ['contrastive', 'Block', 'contrastive_features', 'gather_with_grad', '
            'multilabel_supcon', 'info_nce', 'cross_modal_nce', 'bidirectional_nce', 'triplet_margin',
            'dynamic_margin_triplet']
 
-# %% ../nbs/01_losses.ipynb #d80283e4
+# %% ../nbs/01_losses.ipynb #14fd0dad
 import math, warnings
 from typing import Callable, NamedTuple, Sequence
 
@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-# %% ../nbs/01_losses.ipynb #bc035f8a
+# %% ../nbs/01_losses.ipynb #df19faf0
 _REDUCTIONS = ("mean", "sum", "none")
 
 def _compute_dtype(*ts: Tensor) -> torch.dtype:
@@ -53,7 +53,7 @@ def _block(S: Tensor, P: Tensor, M: Tensor | None, excl: Tensor | None, exclude_
             D = (torch.exp(negS - nlse) * coef - P * sig * inv[:, None]) * valid[:, None]
     return rows, valid, D
 
-# %% ../nbs/01_losses.ipynb #cd382580
+# %% ../nbs/01_losses.ipynb #14a34328
 def _check_float(x: Tensor, name: str, ndim: int | None = None) -> None:
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
@@ -89,7 +89,7 @@ def _check_core(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
         if bool(((pos_weight > 0) & ~candidate_mask).any()):
             raise ValueError("every positive must be a candidate: pos_weight > 0 where candidate_mask is False")
 
-# %% ../nbs/01_losses.ipynb #9f805503
+# %% ../nbs/01_losses.ipynb #e3e58948
 class _CoreFn(torch.autograd.Function):
     "Row losses of the core with the gradient `_block` computes (pos_weight and mask are constants)."
     @staticmethod
@@ -107,13 +107,16 @@ class _CoreFn(torch.autograd.Function):
         if D is None: return None, None, None, None
         return (D * g_rows[:, None]).to(ctx.in_dtype), None, None, None
 
+def _warn_no_positive() -> None:
+    warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=4)
+
 def _reduce(rows: Tensor, valid: Tensor, reduction: str, anchor: Tensor) -> Tensor:
     "mean over anchors with a positive (a zero with a gradient path, and a warning, when there is none), sum, or none."
     if reduction == "none": return rows
     if reduction == "sum": return rows.sum()
     n = valid.sum()
     if int(n) == 0:
-        warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=3)
+        _warn_no_positive()
         return rows.sum() * 0 + anchor.sum() * 0
     return rows.sum() / n
 
@@ -126,10 +129,10 @@ def contrastive(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
     loss = _reduce(rows, valid, reduction, logits)
     return (loss, int(valid.sum())) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #18dbdcaa
+# %% ../nbs/01_losses.ipynb #d339f400
 class Block(NamedTuple):
-    "Positive weights (rows x candidates), an optional candidate mask, and an optional column per row to exclude."
-    pos_weight: Tensor
+    "Positive weights (rows x candidates; None on the label path), an optional candidate mask, and an optional column per row to exclude."
+    pos_weight: Tensor | None
     candidate_mask: Tensor | None = None
     excl: Tensor | None = None
 
@@ -150,7 +153,7 @@ def _check_block(b: Block, rows: int, n_cand: int) -> None:
 class _FusedFn(torch.autograd.Function):
     "Sum of row losses over anchor blocks, with the gradients accumulated in the same pass."
     @staticmethod
-    def forward(ctx, A, C, scale, blocks, exclude_other_positives, chunk, check):
+    def forward(ctx, A, C, scale, blocks, exclude_other_positives, chunk, check, labels):
         dt = _compute_dtype(A, C)
         Af, Cf, s = A.to(dt), C.to(dt), scale.to(dt)
         want_a, want_c, want_s = ctx.needs_input_grad[:3]
@@ -160,19 +163,38 @@ class _FusedFn(torch.autograd.Function):
         gs = torch.zeros((), dtype=dt, device=A.device)
         total = torch.zeros((), dtype=dt, device=A.device)
         count = torch.zeros((), dtype=torch.long, device=A.device)
+        if labels is not None:   # positives = same label: class sums replace the positive-weight matrix
+            al, cl, K = labels
+            csum = torch.zeros(K, Cf.shape[1], dtype=dt, device=A.device).index_add_(0, cl, Cf)
+            ccnt = torch.bincount(cl, minlength=K).to(dt)
+            wsum = torch.zeros_like(csum) if want_c else None
+            self_w, self_cols, self_a = [], [], []
         for start in range(0, len(Af), chunk):
             stop = min(start + chunk, len(Af))
             a = Af[start:stop]
             b = blocks(start, stop)
-            if check: _check_block(b, stop - start, len(Cf))
+            if labels is None and check: _check_block(b, stop - start, len(Cf))
             S = (a * s) @ Cf.T                                   # scale the small factor, not the block
-            rows, valid, D = _block(S, b.pos_weight.to(dt), b.candidate_mask, b.excl, exclude_other_positives, want)
+            if labels is None:
+                rows, valid, D = _block(S, b.pos_weight.to(dt), b.candidate_mask, b.excl, exclude_other_positives, want)
+            else:
+                rows, valid, D, pos_dir, w = _label_block(S, a, Cf, s, al[start:stop], cl, b.excl, csum, ccnt, want)
             total += rows.sum(); count += valid.sum()
             if want:
                 DC = D @ Cf
+                if labels is not None: DC -= pos_dir                    # minus the mean positive direction
                 if want_a: gA[start:stop] = DC * s
-                if want_c: gC.addmm_(D.T, a, alpha=float(s))
+                if want_c:
+                    gC.addmm_(D.T, a, alpha=float(s))
+                    if labels is not None:
+                        wsum.index_add_(0, al[start:stop], a * w[:, None])
+                        if b.excl is not None:
+                            same = cl[b.excl] == al[start:stop]
+                            self_w.append((w * same)[:, None] * a); self_cols.append(b.excl)
                 if want_s: gs += (a * DC).sum()
+        if labels is not None and want_c:                        # - sum over anchors of P_ij a_i / |P(i)|
+            gC -= float(s) * wsum[cl]
+            if self_cols: gC.index_add_(0, torch.cat(self_cols), float(s) * torch.cat(self_w))   # an anchor is not its own positive
         ctx.save_for_backward(gA, gC, gs)
         ctx.dtypes = (A.dtype, C.dtype, scale.dtype)
         ctx.mark_non_differentiable(count)
@@ -184,12 +206,34 @@ class _FusedFn(torch.autograd.Function):
         gA, gC, gs = ctx.saved_tensors
         ta, tc, ts = ctx.dtypes
         return (None if gA is None else (gA * g_total).to(ta), None if gC is None else (gC * g_total).to(tc),
-                (gs * g_total).to(ts), None, None, None, None)
+                (gs * g_total).to(ts), None, None, None, None, None)
+
+def _label_block(S, a, Cf, s, al, cl, excl, csum, ccnt, need_grad):
+    """Row losses and gradient pieces when positives are the candidates sharing the anchor's label (S may be overwritten).
+    With E the softmax: row loss = lse - s a.(sum of positives)/|P|, dloss/dS = E - P/|P|; returns E and the P @ C part."""
+    neg_big = torch.finfo(S.dtype).min
+    r = torch.arange(len(S), device=S.device)
+    own = csum[al]                                                # sum of the candidates with the anchor's label
+    npos = ccnt[al].clone()
+    if excl is not None:
+        S[r, excl] = neg_big
+        same = (cl[excl] == al).to(S.dtype)
+        own = own - same[:, None] * Cf[excl]; npos = npos - same
+    valid = npos > 0
+    w = torch.where(valid, 1 / npos.clamp_min(1), 0)
+    lse = torch.logsumexp(S, 1)
+    rows = torch.where(valid, lse - s * (a * own).sum(1) * w, 0)
+    if not need_grad: return rows, valid, None, None, w
+    E = S.sub_(lse[:, None]).exp_()                               # softmax, in place
+    if not bool(valid.all()): E.mul_(valid[:, None].to(E.dtype))
+    return rows, valid, E, own * w[:, None], w
 
 def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[int, int], Block], temperature=1.0, *,
                          exclude_other_positives: bool = False, reduction: str = "mean", chunk_size: int | None = None,
-                         return_count: bool = False, check_blocks: bool = True):
-    "The core on logits `anchors @ candidates.T / temperature`, blockwise (exact; the anchors x candidates matrix is never stored)."
+                         return_count: bool = False, check_blocks: bool = True, labels: tuple[Tensor, Tensor] | None = None):
+    """The core on logits `anchors @ candidates.T / temperature`, blockwise (exact; the anchors x candidates matrix is never stored).
+    With `labels=(anchor_labels, candidate_labels)` the positives are the candidates with the anchor's label (minus the
+    block's excluded column), computed from class sums without any positive-weight matrix; `blocks` then only supplies `excl`."""
     _check_float(anchors, "anchors", 2); _check_float(candidates, "candidates", 2)
     if anchors.shape[1] != candidates.shape[1]:
         raise ValueError(f"anchors and candidates must have the same feature size, got {anchors.shape[1]} and {candidates.shape[1]}")
@@ -206,16 +250,25 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
         return contrastive(L, b.pos_weight, M, exclude_other_positives=exclude_other_positives, reduction="none",
                            return_count=return_count)
     scale = (1 / temperature) if isinstance(temperature, Tensor) else torch.tensor(1 / temperature, dtype=torch.float64, device=anchors.device)
+    lab = None
+    if labels is not None and not exclude_other_positives:
+        al, cl = labels
+        if al.shape != (len(anchors),) or cl.shape != (len(candidates),):
+            raise ValueError(f"labels must be ({len(anchors)},) and ({len(candidates)},), got {tuple(al.shape)} and {tuple(cl.shape)}")
+        uniq, cl_id = torch.unique(cl, return_inverse=True)
+        pos = torch.searchsorted(uniq, al).clamp_max(len(uniq) - 1)
+        al_id = torch.where(uniq[pos] == al, pos, len(uniq))      # a label no candidate has: an extra empty class
+        lab = (al_id, cl_id, len(uniq) + 1)
     total, count = _FusedFn.apply(anchors, candidates, scale.reshape(()), blocks, bool(exclude_other_positives),
-                                  _chunk_rows(len(candidates), chunk_size), bool(check_blocks))
+                                  _chunk_rows(len(candidates), chunk_size), bool(check_blocks), lab)
     if reduction == "sum": loss = total
     elif int(count) == 0:
-        warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=2)
+        _warn_no_positive()
         loss = total * 0
     else: loss = total / count
     return (loss, int(count)) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #82752074
+# %% ../nbs/01_losses.ipynb #325d03ac
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_world_size(), dist.get_rank()
     return 1, 0
@@ -248,11 +301,11 @@ def _distributed_mean(total_loss: Tensor, count: int, device) -> Tensor:
     n = torch.tensor([count], device=device, dtype=torch.float64)
     dist.all_reduce(n)
     if n.item() == 0:
-        warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=3)
+        _warn_no_positive()
         return total_loss * 0
     return total_loss * (world / n.item())
 
-# %% ../nbs/01_losses.ipynb #257d450c
+# %% ../nbs/01_losses.ipynb #8d9d5827
 def _views(z: Tensor, name: str = "z") -> tuple[Tensor, int, int]:
     "(N, V, d) or (N, d) features -> (V*N, d) view-major, N, V."
     _check_float(z, name)
@@ -269,7 +322,7 @@ def _check_labels(labels: Tensor, n: int, name: str = "labels") -> Tensor:
 
 def _self_paired(z: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tensor], temperature, *, normalize: bool,
                  distributed: bool, exclude_other_positives: bool, reduction: str, chunk_size, return_count: bool,
-                 extra: Tensor | None = None):
+                 extra: Tensor | None = None, labels: Tensor | None = None):
     """Anchors = the views of `z`; candidates = the views of every rank (+ `extra` columns, never positives);
     `row_labels(anchor_ids, candidate_ids, rows)` gives the positive weights of anchor rows `rows`."""
     zz, n, v = _views(z)
@@ -283,21 +336,30 @@ def _self_paired(z: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tensor
     if extra is not None: cand = torch.cat([cand, gather_with_grad(extra) if world > 1 else extra], 0)
     offset = rank * len(zz)
     ids = torch.arange(len(zz), device=zz.device) + offset       # global index of each local anchor
+    fast = labels is not None and extra is None and not exclude_other_positives and reduction != "none"
     def blocks(s, e):
+        if fast: return Block(None, None, ids[s:e])                 # the label path needs only the anchor's own column
         w = row_labels(ids, torch.arange(n_own, device=zz.device), slice(s, e))
         if extra is not None: w = torch.cat([w, w.new_zeros(e - s, len(cand) - n_own)], 1)
         w[torch.arange(e - s, device=w.device), ids[s:e]] = 0    # an anchor is not its own positive
         return Block(w, None, ids[s:e])
+    lab = (labels[ids], labels) if fast else None
     if world == 1:
         return contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                    reduction=reduction, chunk_size=chunk_size, return_count=return_count, check_blocks=False)
+                                    reduction=reduction, chunk_size=chunk_size, return_count=return_count, check_blocks=False, labels=lab)
     if reduction == "none": raise ValueError("distributed=True needs reduction='mean' or 'sum'")
     total, count = contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                        reduction="sum", chunk_size=chunk_size, return_count=True, check_blocks=False)
+                                        reduction="sum", chunk_size=chunk_size, return_count=True, check_blocks=False, labels=lab)
     loss = _distributed_mean(total, count, zz.device) if reduction == "mean" else total
     return (loss, count) if return_count else loss
 
-# %% ../nbs/01_losses.ipynb #39cc63dc
+# %% ../nbs/01_losses.ipynb #e8289fce
+def _base_temperature_scale(out, temperature, base_temperature: float | None, return_count: bool):
+    "SupContrast's factor temperature / base_temperature on the loss (none when base_temperature is None)."
+    if base_temperature is None: return out
+    f = float(temperature) / base_temperature
+    return (out[0] * f, out[1]) if return_count else out * f
+
 def _label_rows(la: Tensor) -> Callable:
     "Positive weights of anchor rows: 1 where the candidate has the anchor's label."
     return lambda ids, cids, rows: (la[ids[rows], None] == la[None, cids]).float()
@@ -311,10 +373,8 @@ def supcon(z: Tensor, labels: Tensor, temperature=0.1, base_temperature: float |
     la = _gather_const(labels.repeat(v)) if distributed else labels.repeat(v)
     out = _self_paired(z, _label_rows(la), temperature, normalize=normalize, distributed=distributed,
                        exclude_other_positives=exclude_other_positives, reduction=reduction, chunk_size=chunk_size,
-                       return_count=return_count)
-    if base_temperature is None: return out
-    f = float(temperature) / base_temperature
-    return (out[0] * f, out[1]) if return_count else out * f
+                       return_count=return_count, labels=la)
+    return _base_temperature_scale(out, temperature, base_temperature, return_count)
 
 def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: bool = False, reduction: str = "mean",
             chunk_size: int | None = None):
@@ -327,7 +387,7 @@ def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: 
     if distributed: ids = ids + _world()[1] * z.shape[0]
     return supcon(z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size)
 
-# %% ../nbs/01_losses.ipynb #a2f10654
+# %% ../nbs/01_losses.ipynb #5866b0fb
 def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, temperature=0.5, *, dynamic: bool = False,
                   base_temperature: float | None = None, normalize: bool = True, exclude_other_positives: bool = False,
                   distributed: bool = False, reduction: str = "mean", chunk_size: int | None = None,
@@ -349,11 +409,9 @@ def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, te
     out = _self_paired(z, rows, temperature, normalize=normalize, distributed=distributed,
                        exclude_other_positives=exclude_other_positives, reduction=reduction, chunk_size=chunk_size,
                        return_count=return_count)
-    if base_temperature is None: return out
-    f = float(temperature) / base_temperature
-    return (out[0] * f, out[1]) if return_count else out * f
+    return _base_temperature_scale(out, temperature, base_temperature, return_count)
 
-# %% ../nbs/01_losses.ipynb #3e5d470a
+# %% ../nbs/01_losses.ipynb #2d63ee99
 def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | None = None, temperature=0.1, *,
                       normalize: bool = True, distributed: bool = False, reduction: str = "mean",
                       chunk_size: int | None = None, return_count: bool = False):
@@ -372,7 +430,7 @@ def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | No
     return _self_paired(z, rows, temperature, normalize=normalize, distributed=distributed, exclude_other_positives=False,
                         reduction=reduction, chunk_size=chunk_size, return_count=return_count, extra=extra_negatives)
 
-# %% ../nbs/01_losses.ipynb #13b4a8a7
+# %% ../nbs/01_losses.ipynb #39527f18
 def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.07, *, normalize: bool = True,
              reduction: str = "mean", chunk_size: int | None = None, return_count: bool = False):
     "InfoNCE: each query against all keys, one positive key per query (index -1: none)."
@@ -429,7 +487,7 @@ def bidirectional_nce(sim: Tensor, temperature=1.0, positives: Tensor | None = N
     loss = contrastive(L, pos)
     return loss if not symmetric else (loss + contrastive(L.T, pos.T)) / 2
 
-# %% ../nbs/01_losses.ipynb #8410b848
+# %% ../nbs/01_losses.ipynb #51b30b98
 def _distance(x: Tensor, y: Tensor, distance: str) -> Tensor:
     if distance == "cosine": return 1 - F.cosine_similarity(x, y, dim=-1)
     if distance == "euclidean": return (x - y).pow(2).sum(-1).clamp_min(1e-12).sqrt()

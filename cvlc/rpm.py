@@ -11,7 +11,7 @@ __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTIT
            'sample_puzzle', 'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_target',
            'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
 
-# %% ../nbs/03_rpm.ipynb #07bf9c56
+# %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-# %% ../nbs/03_rpm.ipynb #92f3e776
+# %% ../nbs/03_rpm.ipynb #ac9b10dd
 TYPES = ("triangle", "square", "pentagon", "hexagon", "circle")
 SIZE_LEVELS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 COLOR_LEVELS = (255, 224, 196, 168, 140, 112, 84, 56, 28, 0)   # level 0 is white, as in RAVEN
@@ -51,7 +51,7 @@ def sparse_index(component: int, attribute: str, rule: str) -> int:
     "Bit of the sparse (MLCL) rule encoding: (component * 5 + attribute) * 4 + rule, in the orders of ATTRIBUTES and RULES."
     return (component * len(ATTRIBUTES) + ATTRIBUTES.index(attribute)) * len(RULES) + RULES.index(rule)
 
-# %% ../nbs/03_rpm.ipynb #1f313781
+# %% ../nbs/03_rpm.ipynb #0121a34b
 @dataclass(frozen=True)
 class CompState:
     "One component in one panel: occupied slots (sorted), type, size and colour levels, entity rotations."
@@ -74,7 +74,7 @@ class Rule:
     rule: str
     param: int = 0
 
-# %% ../nbs/03_rpm.ipynb #e0ceeb6d
+# %% ../nbs/03_rpm.ipynb #9d45ab82
 def _row_values(rule: str, param: int, start, rng, lo: int, hi: int, second=None):
     "One row of three values of an integer attribute in [lo, hi], or None if the rule leaves the range."
     a = start
@@ -107,7 +107,7 @@ def fits_set(rule: str, param: int, row: Sequence[tuple], n_slots: int) -> bool:
     if rule == "Arithmetic": return c == (a | b if param > 0 else a - b)
     return False
 
-# %% ../nbs/03_rpm.ipynb #9cafbd8e
+# %% ../nbs/03_rpm.ipynb #17aa1820
 ALL_RULES = {"int": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)],
              "set": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)]}
 
@@ -140,7 +140,7 @@ def predict(rule: str, param: int, grid: list[list], kind: str, lo: int, n_slots
     if rule == "Progression": return b + param
     return a + b + (1 if lo == 0 else 0) if param > 0 else a - b - (1 if lo == 0 else 0)
 
-# %% ../nbs/03_rpm.ipynb #dd60392a
+# %% ../nbs/03_rpm.ipynb #2aa1e736
 def _kind(attr): return "set" if attr == "Position" else "int"
 def _lo(attr): return 1 if attr == "Number" else 0
 
@@ -163,7 +163,7 @@ def consistent(panel: Sequence[CompState], preds: dict) -> bool:
     "Whether a completion satisfies every prediction of the solver."
     return all(_key(panel[c].value(attr)) in vals for (c, attr), vals in preds.items())
 
-# %% ../nbs/03_rpm.ipynb #9ce2365b
+# %% ../nbs/03_rpm.ipynb #c7feb6c1
 @dataclass
 class RPMConfig:
     "Generation settings; the split options make generalisation regimes."
@@ -303,7 +303,7 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
         return Puzzle(conf, rules, panels[:8], cands, int(np.nonzero(order == 0)[0][0]))
     raise RuntimeError("could not generate a puzzle with these settings; relax the split options")
 
-# %% ../nbs/03_rpm.ipynb #f2bc322b
+# %% ../nbs/03_rpm.ipynb #af3ddb9b
 def _modifiable(comps, layout_attr) -> list[tuple[int, str]]:
     out = []
     for c, (kind, slots) in enumerate(comps):
@@ -369,7 +369,7 @@ def _take(s: CompState, attr: str, alt: CompState) -> CompState:
 
 def _sym(panel) -> tuple: return tuple(c.symbolic() for c in panel)
 
-# %% ../nbs/03_rpm.ipynb #ab5ed18e
+# %% ../nbs/03_rpm.ipynb #8319ae3e
 _POLY = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6}
 
 def _shape_points(t: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
@@ -410,7 +410,7 @@ def render_puzzle(p: Puzzle, size: int = 80, supersample: int = 2) -> np.ndarray
     "(16, size, size) uint8: the 8 context panels, then the 8 candidates."
     return np.ascontiguousarray(render_panels(p.context + p.candidates, p.configuration, size, supersample))
 
-# %% ../nbs/03_rpm.ipynb #2329b783
+# %% ../nbs/03_rpm.ipynb #d5f44863
 def _counted(p: Puzzle) -> list[Rule]:
     kinds = [k for k, _ in LAYOUTS[p.configuration]]
     return [r for r in p.rules if not (kinds[r.component] in ("single", "out") and r.attribute in ("Number", "Position"))
@@ -428,7 +428,7 @@ def sparse_rules(p: Puzzle) -> np.ndarray:
     for r in _counted(p): m[sparse_index(r.component, r.attribute, r.rule)] = 1
     return m
 
-# %% ../nbs/03_rpm.ipynb #72092142
+# %% ../nbs/03_rpm.ipynb #d1b00ee8
 @dataclass
 class RPMSet:
     "Generated Raven matrices: images (n, 16, H, W) uint8, target, meta_target (n, 9), sparse rules (n, 40) and the symbolic puzzles."
@@ -474,14 +474,14 @@ def _puzzle_from(d: dict) -> Puzzle:
     return Puzzle(d["configuration"], [Rule(**r) for r in d["rules"]], [[st(c) for c in p] for p in d["context"]],
                   [[st(c) for c in p] for p in d["candidates"]], d["target"])
 
-def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool = False, **kw) -> RPMSet:
+def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool | None = None, **kw) -> RPMSet:
     "Generate n puzzles (same seed, same bytes): images (n, 16, 80, 80), targets, dense and sparse rule labels."
     if not isinstance(n, int) or n < 1: raise ValueError(f"n must be a positive int, got {n!r}")
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
     cfg = config or RPMConfig(answers=answers, **kw)
     puzzles = []
     it = range(n)
-    if progress:
+    if progress or (progress is None and n >= 5000):          # a progress bar on large sets
         from fastprogress.fastprogress import progress_bar
         it = progress_bar(it)
     images = np.zeros((n, 16, cfg.size, cfg.size), np.uint8)
@@ -492,7 +492,7 @@ def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig |
     return RPMSet(images, np.array([p.target for p in puzzles]), np.stack([meta_target(p) for p in puzzles]),
                   np.stack([sparse_rules(p) for p in puzzles]), puzzles, cfg, seed)
 
-# %% ../nbs/03_rpm.ipynb #e93f800e
+# %% ../nbs/03_rpm.ipynb #f5d86546
 def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
     "Accuracy of picking, from the candidates alone, the one that shares the most frequent value of every attribute."
     rng = np.random.default_rng(seed)
@@ -505,7 +505,7 @@ def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
         hits += int(rng.choice(best) == p.target)
     return hits / len(rs)
 
-# %% ../nbs/03_rpm.ipynb #33cd360e
+# %% ../nbs/03_rpm.ipynb #4751f154
 TRANSFORMS = ("identity", "hflip", "vflip", "rot90", "rot180", "rot270", "transpose")
 
 def _apply(img: np.ndarray, t: str) -> np.ndarray:
