@@ -11,7 +11,7 @@ __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'G
            'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects', 'RavenSet',
            'load_raven']
 
-# %% ../nbs/04_data.ipynb #1202c0e7
+# %% ../nbs/04_data.ipynb #6aa48b6c
 import json, os, re, warnings, xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ import numpy as np
 
 from .metrics import normalize_answer, vqa_score
 
-# %% ../nbs/04_data.ipynb #4338dc22
+# %% ../nbs/04_data.ipynb #496fd3f3
 import torch
 from torch.utils.data import Dataset
 from .world import World, WorldConfig, make_world, sample_scene, render_scene, annotate_image, _Balancer
@@ -33,42 +33,48 @@ def _image_tensor(img: np.ndarray) -> torch.Tensor:
     t = torch.from_numpy(np.ascontiguousarray(img)).float().div_(255)
     return t.permute(2, 0, 1) if t.ndim == 3 and t.shape[-1] == 3 else t
 
-class WorldCaptions(Dataset):
+class _WorldItems(Dataset):
+    "Items of a World (a list built by the subclass), loadable from a saved folder."
+    def __init__(self, world: World, items: list):
+        self.world, self.items = world, items
+    @classmethod
+    def from_folder(cls, folder, **kw): return cls(World.load(folder), **kw)
+    def __len__(self) -> int: return len(self.items)
+
+class WorldCaptions(_WorldItems):
     "(image, caption) items of a World: true captions, or also the hard negatives (label 0) with `negatives=True`."
     def __init__(self, world: World, negatives: bool = False):
-        self.world = world
-        self.items = [c for c in world.captions if negatives or c.label == 1]
-    @classmethod
-    def from_folder(cls, folder, **kw) -> "WorldCaptions": return cls(World.load(folder), **kw)
-    def __len__(self) -> int: return len(self.items)
+        super().__init__(world, [c for c in world.captions if negatives or c.label == 1])
     def __getitem__(self, i: int) -> dict:
         c = self.items[i]
         return {"image": _image_tensor(self.world.images[c.image_id]), "text": c.text, "label": c.label,
                 "image_id": c.image_id, "caption_id": c.caption_id}
 
-class WorldQuestions(Dataset):
+class WorldQuestions(_WorldItems):
     "(image, question) items of a World; `split='train'` keeps training wordings, 'eval' the held-out rephrasings."
     def __init__(self, world: World, split: str | None = None):
         if split not in (None, "train", "eval"): raise ValueError(f"split must be None, 'train' or 'eval', got {split!r}")
-        self.world = world
-        self.items = [q for q in world.questions if split is None or q.split == split]
-    @classmethod
-    def from_folder(cls, folder, **kw) -> "WorldQuestions": return cls(World.load(folder), **kw)
-    def __len__(self) -> int: return len(self.items)
+        super().__init__(world, [q for q in world.questions if split is None or q.split == split])
     def __getitem__(self, i: int) -> dict:
         q = self.items[i]
         return {"image": _image_tensor(self.world.images[q.image_id]), "question": q.text, "answer": q.answer,
                 "answers": q.answers, "group_id": q.group_id, "family": q.family, "question_id": q.question_id}
 
-class GeneratedWorld(Dataset):
-    "Scenes generated on the fly: item i is image i of `make_world(n, seed)` with its captions (same bytes)."
-    def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None):
+class _Generated(Dataset):
+    "n items generated on the fly, item i from the random stream (seed, i) alone."
+    def __init__(self, n: int, seed: int, config):
         if n < 1: raise ValueError(f"n must be >= 1, got {n}")
-        self.n, self.seed, self.cfg = n, seed, config or WorldConfig()
+        self.n, self.seed, self.cfg = n, seed, config
     def __len__(self) -> int: return self.n
-    def __getitem__(self, i: int) -> dict:
+    def _rng(self, i: int) -> np.random.Generator:
         if not 0 <= i < self.n: raise IndexError(f"index {i} out of range for {self.n} items")
-        rng = np.random.default_rng([self.seed, i])
+        return np.random.default_rng([self.seed, i])
+
+class GeneratedWorld(_Generated):
+    "Scenes generated on the fly: item i is image i of `make_world(n, seed)` with its captions (same bytes)."
+    def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None): super().__init__(n, seed, config or WorldConfig())
+    def __getitem__(self, i: int) -> dict:
+        rng = self._rng(i)
         s = sample_scene(rng, i, self.cfg)
         img = render_scene(s, self.cfg.supersample)
         caps, _, _ = annotate_image(s, self.cfg, rng, {"caption": 0, "question": 0}, _Balancer())
@@ -86,22 +92,20 @@ class RPMDataset(Dataset):
         rng = np.random.default_rng([self.seed, i, torch.initial_seed() % 2**32 if self.augment or self.shuffle else 0])
         if self.augment: img = augment(img, self.rpm.puzzles[i], rng)
         if self.shuffle: img, t = shuffle_answers(img, t, rng)
-        return {"images": _image_tensor(img), "target": t, "meta_target": torch.from_numpy(self.rpm.meta_target[i].astype(np.float32)),
-                "sparse": torch.from_numpy(self.rpm.sparse[i].astype(np.float32))}
+        return _rpm_item(img, t, self.rpm.meta_target[i], self.rpm.sparse[i])
 
-class GeneratedRPM(Dataset):
+def _rpm_item(images: np.ndarray, target: int, meta: np.ndarray, sparse: np.ndarray) -> dict:
+    return {"images": _image_tensor(images), "target": target, "meta_target": torch.from_numpy(meta.astype(np.float32)),
+            "sparse": torch.from_numpy(sparse.astype(np.float32))}
+
+class GeneratedRPM(_Generated):
     "Raven matrices generated on the fly: item i is puzzle i of `make_rpm(n, seed, config=config)`."
-    def __init__(self, n: int, seed: int = 0, config: RPMConfig | None = None):
-        if n < 1: raise ValueError(f"n must be >= 1, got {n}")
-        self.n, self.seed, self.cfg = n, seed, config or RPMConfig()
-    def __len__(self) -> int: return self.n
+    def __init__(self, n: int, seed: int = 0, config: RPMConfig | None = None): super().__init__(n, seed, config or RPMConfig())
     def __getitem__(self, i: int) -> dict:
-        if not 0 <= i < self.n: raise IndexError(f"index {i} out of range for {self.n} items")
-        p = sample_puzzle(np.random.default_rng([self.seed, i]), self.cfg)
-        return {"images": _image_tensor(render_puzzle(p, self.cfg.size, self.cfg.supersample)), "target": p.target,
-                "meta_target": torch.from_numpy(meta_target(p).astype(np.float32)), "sparse": torch.from_numpy(sparse_rules(p).astype(np.float32))}
+        p = sample_puzzle(self._rng(i), self.cfg)
+        return _rpm_item(render_puzzle(p, self.cfg.size, self.cfg.supersample), p.target, meta_target(p), sparse_rules(p))
 
-# %% ../nbs/04_data.ipynb #4f35f280
+# %% ../nbs/04_data.ipynb #84486115
 class DataFormatError(ValueError):
     "A dataset file does not have the official format: the message names the file, the record and the field."
     def __init__(self, file, record, fld, problem: str):
@@ -152,7 +156,7 @@ def _each(items: Iterable, file, on_error: str, parse: Callable[[Any, int], Any]
     report.warn_if_skipped()
     return out
 
-# %% ../nbs/04_data.ipynb #cca45111
+# %% ../nbs/04_data.ipynb #1a159292
 @dataclass
 class VQAQuestion:
     "One VQA question with its human answers; `group_id` ties a question to its rephrasings."
@@ -219,7 +223,7 @@ def soft_target(question: VQAQuestion, vocab_index: Mapping[str, int]) -> dict[i
             if s > 0: out[vocab_index[a]] = s
     return out
 
-# %% ../nbs/04_data.ipynb #4d31e6e5
+# %% ../nbs/04_data.ipynb #b0ec9bd7
 @dataclass
 class CaptionedImage:
     "An image and its captions (COCO / Flickr30K)."
@@ -287,7 +291,7 @@ def caption_truth(images: Sequence[CaptionedImage]) -> np.ndarray:
         truth[i, start:start + len(im.captions)] = True; start += len(im.captions)
     return truth
 
-# %% ../nbs/04_data.ipynb #579aaf01
+# %% ../nbs/04_data.ipynb #d3930587
 @dataclass
 class Phrase:
     "A phrase of a caption: its words [first_word, first_word + n_words), its entity, types and boxes."
@@ -363,7 +367,7 @@ def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_
     per_image = _each(ids, root, on_error, parse, report)
     return [c for caps in per_image for c in caps], report
 
-# %% ../nbs/04_data.ipynb #3299b99e
+# %% ../nbs/04_data.ipynb #0973f4d8
 @dataclass
 class Relation:
     "A (subject, predicate, object) triplet of an image with the two boxes."
@@ -428,7 +432,7 @@ def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = 
         return iid, objs
     return dict(_each(data, f, on_error, parse, report)), report
 
-# %% ../nbs/04_data.ipynb #e24e6e14
+# %% ../nbs/04_data.ipynb #e0aed5ff
 @dataclass
 class RavenSet:
     "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure and source file per puzzle."

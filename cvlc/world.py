@@ -14,7 +14,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 
            'true_captions', 'hard_negatives', 'Question', 'execute', 'question_text', 'sample_program',
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #175d1c25
+# %% ../nbs/02_world.ipynb #d0c29002
 import collections, functools, itertools, json, math, os, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-# %% ../nbs/02_world.ipynb #b8b55f1b
+# %% ../nbs/02_world.ipynb #91aa0fbc
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #307b136d
+# %% ../nbs/02_world.ipynb #49c899c1
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #51a09e1f
+# %% ../nbs/02_world.ipynb #5117f27c
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -150,7 +150,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
         return Scene(image_id, objs, cfg.size)
     raise RuntimeError("could not place the objects; lower max_objects")
 
-# %% ../nbs/02_world.ipynb #f8fa816c
+# %% ../nbs/02_world.ipynb #219b0bbf
 def _vertices(o: Obj, side: float) -> np.ndarray:
     th = math.radians(o.rotation)
     rot = np.array([[math.cos(th), -math.sin(th)], [math.sin(th), math.cos(th)]])
@@ -186,7 +186,7 @@ def render_scene(scene: Scene, supersample: int = 4) -> np.ndarray:
     for k, o in enumerate(scene.objects): o.visible = int(counts[k + 1])
     return np.asarray(img)
 
-# %% ../nbs/02_world.ipynb #4eb14da1
+# %% ../nbs/02_world.ipynb #5b27b507
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -241,7 +241,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #21aa0e41
+# %% ../nbs/02_world.ipynb #e372cbdc
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -282,7 +282,7 @@ class LF:
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #f5c4abe8
+# %% ../nbs/02_world.ipynb #6404e043
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -297,7 +297,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #d3eefb68
+# %% ../nbs/02_world.ipynb #b711b987
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -336,7 +336,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #e14bb647
+# %% ../nbs/02_world.ipynb #f63e74c0
 class SceneTruth:
     "Fast truth of logical forms on one scene (the generator's hot path); agrees with `truth_matrix`."
     def __init__(self, scene: Scene, R: np.ndarray | None = None):
@@ -354,7 +354,7 @@ class SceneTruth:
         sub = self.R[PREDICATES.index(lf.pred)][np.ix_(m1, self.fit(lf.d2))]
         return 1 if (sub == 1).any() else -1 if (sub == -1).any() else 0
 
-# %% ../nbs/02_world.ipynb #df0f2efe
+# %% ../nbs/02_world.ipynb #3d897f61
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -421,7 +421,7 @@ def caption_text(lf: LF, rng: np.random.Generator, template: int | None = None) 
     if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #fb509653
+# %% ../nbs/02_world.ipynb #2c5976dd
 def random_desc(o: Obj, rng: np.random.Generator, min_attrs: int = 0) -> Desc:
     "A description of `o` fixing a random subset of its attributes (shape more often than the others)."
     keep = {a: rng.random() < (0.8 if a == "shape" else 0.45) for a in ATTRS}
@@ -492,7 +492,7 @@ def hard_negatives(scene: Scene, lf: LF, rng: np.random.Generator, k: int = 1, t
 
 def _lf_kw(lf: LF) -> dict: return {"d1": lf.d1, "pred": lf.pred, "d2": lf.d2, "n": lf.n}
 
-# %% ../nbs/02_world.ipynb #f97fba18
+# %% ../nbs/02_world.ipynb #85470fbe
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -545,8 +545,7 @@ def _desc(d: dict) -> Desc: return Desc(d["shape"], d["color"], d["size"], d["fi
 
 def _filter(scene: Scene, d: Desc, R: np.ndarray | None = None, pred: str | None = None, ref: int | None = None):
     "Objects fitting d (and, with pred/ref, in relation pred to object ref); also whether any such relation is ambiguous."
-    c = d._code
-    idx = [k for k, o in enumerate(scene.objects) if k != ref and all(c[j] < 0 or c[j] == v for j, v in enumerate(o.attrs()))]
+    idx = [k for k, o in enumerate(scene.objects) if k != ref and d.fits(o)]
     if pred is None: return idx, False
     r = R[PREDICATES.index(pred), :, ref]
     return [k for k in idx if r[k] == 1], any(r[k] == -1 for k in idx)
@@ -670,7 +669,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
     others = [a for a in space if a != answer]
     return [others[rng.integers(len(others))] if others and rng.random() < rate else answer for _ in range(10)]
 
-# %% ../nbs/02_world.ipynb #83a25929
+# %% ../nbs/02_world.ipynb #1f0ee48b
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -725,7 +724,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #a362d017
+# %% ../nbs/02_world.ipynb #17f858f5
 class _Balancer:
     "CLEVR-style rejection: an answer already more frequent than the family's rarest seen answer is sometimes refused."
     def __init__(self): self.counts = collections.defaultdict(collections.Counter)
@@ -795,7 +794,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
         scenes.append(s); caps += c; qs += q; rels += r
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #d84ad5b7
+# %% ../nbs/02_world.ipynb #a49fe705
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
