@@ -11,7 +11,7 @@ __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'G
            'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects', 'RavenSet',
            'load_raven']
 
-# %% ../nbs/04_data.ipynb #6aa48b6c
+# %% ../nbs/04_data.ipynb #396880ac
 import json, os, re, warnings, xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,10 +22,10 @@ import numpy as np
 
 from .metrics import normalize_answer, vqa_score
 
-# %% ../nbs/04_data.ipynb #496fd3f3
+# %% ../nbs/04_data.ipynb #7c573f4a
 import torch
 from torch.utils.data import Dataset
-from .world import World, WorldConfig, make_world, sample_scene, render_scene, annotate_image, _Balancer
+from .world import World, WorldConfig, make_world, annotate_image, _Balancer, _annotation_rng, _scene_batch
 from .rpm import RPMSet, RPMConfig, make_rpm, sample_puzzle, render_puzzle, meta_target, sparse_rules, augment, shuffle_answers
 
 def _image_tensor(img: np.ndarray) -> torch.Tensor:
@@ -66,19 +66,19 @@ class _Generated(Dataset):
         if n < 1: raise ValueError(f"n must be >= 1, got {n}")
         self.n, self.seed, self.cfg = n, seed, config
     def __len__(self) -> int: return self.n
-    def _rng(self, i: int) -> np.random.Generator:
+    def _check(self, i: int) -> int:
         if not 0 <= i < self.n: raise IndexError(f"index {i} out of range for {self.n} items")
-        return np.random.default_rng([self.seed, i])
+        return int(i)
+    def _rng(self, i: int) -> np.random.Generator: return np.random.default_rng([self.seed, self._check(i)])
 
 class GeneratedWorld(_Generated):
     "Scenes generated on the fly: item i is image i of `make_world(n, seed)` with its captions (same bytes)."
     def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None): super().__init__(n, seed, config or WorldConfig())
     def __getitem__(self, i: int) -> dict:
-        rng = self._rng(i)
-        s = sample_scene(rng, i, self.cfg)
-        img = render_scene(s, self.cfg.supersample)
-        caps, _, _ = annotate_image(s, self.cfg, rng, {"caption": 0, "question": 0}, _Balancer())
-        return {"image": _image_tensor(img), "captions": [c.text for c in caps if c.label == 1], "image_id": i}
+        i = self._check(i)
+        images, truths = _scene_batch(self.seed, [i], self.cfg)
+        caps, _, _ = annotate_image(truths[0], self.cfg, _annotation_rng(self.seed, i), {"caption": 0, "question": 0}, _Balancer(), questions=False)
+        return {"image": _image_tensor(images[0]), "captions": [c.text for c in caps if c.label == 1], "image_id": i}
 
 class RPMDataset(Dataset):
     "Raven matrices as float (16, H, W) tensors with target, meta_target and sparse rules; optional augmentation and answer shuffling."
@@ -105,7 +105,7 @@ class GeneratedRPM(_Generated):
         p = sample_puzzle(self._rng(i), self.cfg)
         return _rpm_item(render_puzzle(p, self.cfg.size, self.cfg.supersample), p.target, meta_target(p), sparse_rules(p))
 
-# %% ../nbs/04_data.ipynb #84486115
+# %% ../nbs/04_data.ipynb #0ddc0417
 class DataFormatError(ValueError):
     "A dataset file does not have the official format: the message names the file, the record and the field."
     def __init__(self, file, record, fld, problem: str):
@@ -156,7 +156,7 @@ def _each(items: Iterable, file, on_error: str, parse: Callable[[Any, int], Any]
     report.warn_if_skipped()
     return out
 
-# %% ../nbs/04_data.ipynb #1a159292
+# %% ../nbs/04_data.ipynb #acd53206
 @dataclass
 class VQAQuestion:
     "One VQA question with its human answers; `group_id` ties a question to its rephrasings."
@@ -223,7 +223,7 @@ def soft_target(question: VQAQuestion, vocab_index: Mapping[str, int]) -> dict[i
             if s > 0: out[vocab_index[a]] = s
     return out
 
-# %% ../nbs/04_data.ipynb #b0ec9bd7
+# %% ../nbs/04_data.ipynb #cd19986a
 @dataclass
 class CaptionedImage:
     "An image and its captions (COCO / Flickr30K)."
@@ -291,7 +291,7 @@ def caption_truth(images: Sequence[CaptionedImage]) -> np.ndarray:
         truth[i, start:start + len(im.captions)] = True; start += len(im.captions)
     return truth
 
-# %% ../nbs/04_data.ipynb #d3930587
+# %% ../nbs/04_data.ipynb #20256aad
 @dataclass
 class Phrase:
     "A phrase of a caption: its words [first_word, first_word + n_words), its entity, types and boxes."
@@ -367,7 +367,7 @@ def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_
     per_image = _each(ids, root, on_error, parse, report)
     return [c for caps in per_image for c in caps], report
 
-# %% ../nbs/04_data.ipynb #0973f4d8
+# %% ../nbs/04_data.ipynb #e506bc01
 @dataclass
 class Relation:
     "A (subject, predicate, object) triplet of an image with the two boxes."
@@ -432,7 +432,7 @@ def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = 
         return iid, objs
     return dict(_each(data, f, on_error, parse, report)), report
 
-# %% ../nbs/04_data.ipynb #e0aed5ff
+# %% ../nbs/04_data.ipynb #43284bc8
 @dataclass
 class RavenSet:
     "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure and source file per puzzle."

@@ -8,23 +8,23 @@ Docs: https://cvlc-course.github.io/cvlc/world.html.md"""
 __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 'ATTRS', 'VALUES', 'UNIT', 'CIRCUM', 'PREDICATES',
            'CONVERSE', 'OPPOSITE', 'CONE', 'CONE_MARGIN', 'NEAR', 'FAR', 'SYNONYMS', 'TEST_SYNONYMS', 'PRED_WORDS',
            'NUMBER_WORDS', 'CAPTION_TEMPLATES', 'EDITS', 'QUESTION_TEMPLATES', 'FAMILIES', 'TRAIN_TEMPLATES',
-           'ATTR_WORDS', 'ANSWER_WORDS', 'Obj', 'Scene', 'WorldConfig', 'sample_scene', 'render_scene',
-           'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix',
-           'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
-           'true_captions', 'hard_negatives', 'Question', 'execute', 'question_text', 'sample_program',
-           'annotator_answers', 'Caption', 'World', 'annotate_image', 'make_world', 'sample_relations']
+           'ATTR_WORDS', 'ANSWER_WORDS', 'Obj', 'Scene', 'WorldConfig', 'SceneArrays', 'sample_scene_arrays',
+           'sample_scene', 'render_arrays', 'render_scenes', 'render_scene', 'relation_truth_arrays', 'scene_arrays',
+           'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix', 'SceneTruth', 'desc_words', 'Text', 'render_text',
+           'caption_text', 'random_desc', 'unique_desc', 'true_captions', 'hard_negatives', 'Question', 'Program',
+           'execute', 'question_text', 'sample_program', 'annotator_answers', 'Caption', 'World', 'annotate_image',
+           'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #d0c29002
-import collections, functools, itertools, json, math, os, hashlib, time
+# %% ../nbs/02_world.ipynb #f832f890
+import collections, functools, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
 
-# %% ../nbs/02_world.ipynb #91aa0fbc
+# %% ../nbs/02_world.ipynb #723f14ea
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #49c899c1
+# %% ../nbs/02_world.ipynb #2557faad
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #5117f27c
+# %% ../nbs/02_world.ipynb #f6862c15
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -102,7 +102,6 @@ class WorldConfig:
     questions_per_image: int = 3
     rephrasings: int = 3                 # held-out wordings per evaluation group
     annotator_disagreement: float = 0.1  # chance an annotator answers something else
-    supersample: int = 4                 # anti-aliasing factor
 
     def __post_init__(self):
         if not (16 <= self.size <= 512): raise ValueError(f"size must be in [16, 512] pixels, got {self.size}")
@@ -113,80 +112,215 @@ class WorldConfig:
         for pair in self.holdout:
             if len(pair) != 2 or pair[0] not in SHAPES or pair[1] not in COLORS:
                 raise ValueError(f"holdout pairs are (shape, color) from {SHAPES} x {COLORS}, got {pair!r}")
+        self.holdout = tuple(tuple(p) for p in self.holdout)
+        for s in SHAPES:
+            if all((s, c) in self.holdout for c in COLORS): raise ValueError(f"holdout removes every colour of {s!r}; keep at least one")
         if self.split == "test" and not self.holdout: raise ValueError("split='test' needs holdout pairs")
         if not (0 <= self.annotator_disagreement <= 0.6): raise ValueError(f"annotator_disagreement must be in [0, 0.6], got {self.annotator_disagreement}")
         if self.rephrasings not in (1, 2, 3): raise ValueError(f"rephrasings must be 1, 2 or 3 (held-out wordings per family), got {self.rephrasings}")
-        if self.supersample not in (1, 2, 4, 8): raise ValueError(f"supersample must be 1, 2, 4 or 8, got {self.supersample}")
-        self.holdout = tuple(tuple(p) for p in self.holdout)
+        for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
+            if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
+
+# %% ../nbs/02_world.ipynb #d7be575c
+_NV = np.array([len(VALUES[a]) for a in ATTRS])
+_CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
+_CANDIDATES = 64                         # candidate centres per object
+
+def _n_uniforms(cfg: WorldConfig) -> int: return 1 + 7 * cfg.max_objects + 2 * _CANDIDATES * cfg.max_objects
+
+def _layout(U: np.ndarray, cfg: WorldConfig):
+    "One attempt per row of uniforms U (B, K): attributes (B, O, 4), centres (B, O, 2), rotations, valid mask, success."
+    B, O = len(U), cfg.max_objects
+    ar = np.arange(B)
+    n = cfg.min_objects + (U[:, 0] * (O - cfg.min_objects + 1)).astype(np.int64)
+    valid = np.arange(O)[None] < n[:, None]
+    a = (U[:, 1:1 + 4 * O].reshape(B, O, 4) * _NV).astype(np.int64)
+    u_col, u_rot, u_ord = (U[:, 1 + (4 + j) * O:1 + (5 + j) * O] for j in range(3))
+    if cfg.holdout:
+        held = np.zeros((6, 8), bool)
+        for s, c in cfg.holdout: held[SHAPES.index(s), COLORS.index(c)] = True
+        allowed = [np.nonzero(~held[s])[0] for s in range(6)]
+        bad = held[a[..., 0], a[..., 1]]
+        for b, k in zip(*np.nonzero(bad)):                                  # a uniform colour among the allowed ones
+            ok_c = allowed[a[b, k, 0]]; a[b, k, 1] = ok_c[int(u_col[b, k] * len(ok_c))]
+        if cfg.split == "test":                                             # object 0 carries a held-out pair
+            pairs = np.argwhere(held)
+            a[:, 0, :2] = pairs[(u_col[:, 0] * len(pairs)).astype(np.int64)]
+    r = np.where(valid, _CIRC[a[..., 0]] * _RAD[a[..., 2]], 0.0)
+    order = np.argsort(-r, axis=1, kind="stable")                            # large objects first, padding last
+    cand = U[:, 1 + 7 * O:].reshape(B, O, _CANDIDATES, 2)
+    xy = np.zeros((B, O, 2)); placed = np.zeros((B, O), bool); ok = np.ones(B, bool)
+    for step in range(O):                                          # the first free candidate, tried 8 at a time
+        k = order[:, step]; rk = r[ar, k]; act = valid[ar, k]
+        pos = np.zeros((B, 2)); left = np.nonzero(act)[0]
+        for c0 in range(0, _CANDIDATES, 8):
+            if not len(left): break
+            kk, rr = k[left], rk[left]
+            c = (rr + 0.01)[:, None, None] + cand[left, step, c0:c0 + 8] * (1 - 2 * (rr + 0.01))[:, None, None]   # (L, 8, 2)
+            dx = c[:, :, None, 0] - xy[left, None, :, 0]; dy = c[:, :, None, 1] - xy[left, None, :, 1]
+            need = (r[left, None, :] + rr[:, None, None]) * (1 - cfg.overlap_tolerance)
+            free = ((dx * dx + dy * dy >= need * need) | ~placed[left, None, :]).all(-1)                      # (L, 8)
+            got = free.any(1)
+            pos[left[got]] = c[got, free[got].argmax(1)]
+            left = left[~got]
+        ok[left] = False
+        xy[ar, k] = pos
+        placed[ar, k] = act
+    perm = np.argsort(np.where(valid, u_ord, 2.0), axis=1, kind="stable")     # a random drawing order
+    take = lambda x: np.take_along_axis(x, perm.reshape(B, O, *([1] * (x.ndim - 2))), 1)
+    return take(a), take(xy), np.take_along_axis(u_rot * 360.0, perm, 1), valid, ok
+
+@dataclass
+class SceneArrays:
+    "A batch of scenes as arrays: attributes (B, O, 4) int, centres (B, O, 2) in [0, 1], rotations (B, O) degrees, valid (B, O)."
+    attrs: np.ndarray
+    xy: np.ndarray
+    rotation: np.ndarray
+    valid: np.ndarray
+
+def sample_scene_arrays(rngs: Sequence[np.random.Generator], cfg: WorldConfig, attempts: int = 1000) -> SceneArrays:
+    "One scene per random stream, laid out together (vectorised rejection sampling)."
+    K, B = _n_uniforms(cfg), len(rngs)
+    out = [np.zeros((B, cfg.max_objects, 4), np.int64), np.zeros((B, cfg.max_objects, 2)), np.zeros((B, cfg.max_objects)),
+           np.zeros((B, cfg.max_objects), bool)]
+    todo = np.arange(B)
+    for _ in range(attempts):
+        if not len(todo): return SceneArrays(*out)
+        res = _layout(np.stack([rngs[i].random(K) for i in todo]), cfg)
+        good = res[-1]
+        for o, x in zip(out, res[:4]): o[todo[good]] = x[good]
+        todo = todo[~good]
+    raise RuntimeError(f"could not place {cfg.max_objects} objects in {attempts} attempts; lower max_objects or raise overlap_tolerance")
+
+def _scenes(arr: SceneArrays, ids: Sequence[int], size: int) -> list[Scene]:
+    "Scene objects from arrays (drawing order kept)."
+    out = []
+    for b, i in enumerate(ids):
+        n = int(arr.valid[b].sum())
+        a, xy, rot = arr.attrs[b, :n].tolist(), arr.xy[b, :n].tolist(), arr.rotation[b, :n].tolist()
+        out.append(Scene(int(i), [Obj(SHAPES[s], COLORS[c], SIZES[z], FILLS[f], x, y, t) for (s, c, z, f), (x, y), t in zip(a, xy, rot)], size))
+    return out
 
 def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> Scene:
-    "Objects with random attributes at non-overlapping random places (vectorised rejection sampling)."
-    held = [(SHAPES.index(a), COLORS.index(b)) for a, b in cfg.holdout]
-    circ = np.array([CIRCUM[x] for x in SHAPES]); rad = np.array([RADIUS[x] for x in SIZES])
-    for _ in range(1000):
-        n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
-        a = np.stack([rng.integers(6, size=n), rng.integers(8, size=n), rng.integers(3, size=n), rng.integers(2, size=n)], 1)
-        for h in held:                                   # no held-out pair in training scenes
-            bad = (a[:, 0] == h[0]) & (a[:, 1] == h[1])
-            while bad.any():
-                a[bad, 1] = rng.integers(8, size=int(bad.sum())); bad = (a[:, 0] == h[0]) & (a[:, 1] == h[1])
-        if cfg.split == "test" and held: a[0, :2] = held[rng.integers(len(held))]
-        r = circ[a[:, 0]] * rad[a[:, 2]]
-        order = np.argsort(-r, kind="stable")           # place large objects first
-        xy = np.zeros((n, 2)); placed = []
-        for k in order:
-            cand = rng.uniform(r[k] + 0.01, 1 - r[k] - 0.01, (64, 2))
-            if placed:
-                P_ = np.array(placed)
-                d = np.linalg.norm(cand[:, None] - xy[P_][None], axis=-1)
-                ok = (d >= (r[k] + r[P_])[None] * (1 - cfg.overlap_tolerance)).all(1)
-                if not ok.any(): break
-                cand = cand[ok]
-            xy[k] = cand[0]; placed.append(k)
-        if len(placed) < n: continue
-        rot = rng.uniform(0, 360, n)
-        perm = rng.permutation(n)
-        objs = [Obj(SHAPES[a[i, 0]], COLORS[a[i, 1]], SIZES[a[i, 2]], FILLS[a[i, 3]], float(xy[i, 0]), float(xy[i, 1]), float(rot[i])) for i in perm]
-        return Scene(image_id, objs, cfg.size)
-    raise RuntimeError("could not place the objects; lower max_objects")
+    "One scene from one random stream (the same scene the batched sampler makes from that stream)."
+    return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #219b0bbf
-def _vertices(o: Obj, side: float) -> np.ndarray:
-    th = math.radians(o.rotation)
-    rot = np.array([[math.cos(th), -math.sin(th)], [math.sin(th), math.cos(th)]])
-    return (UNIT[o.shape] @ rot.T) * o.radius * side + np.array([o.x, o.y]) * side
+# %% ../nbs/02_world.ipynb #aa4d7883
+def _edge_planes(shape: str) -> np.ndarray:
+    "Outward unit normals and offsets (k, 3) of a convex unit polygon's edges: inside iff n . p <= offset for all edges."
+    v = UNIT[shape]; e = np.roll(v, -1, 0) - v
+    n = np.stack([e[:, 1], -e[:, 0]], 1); n /= np.linalg.norm(n, axis=1, keepdims=True)
+    if (n * v).sum(1).mean() < 0: n = -n
+    return np.concatenate([n, (n * v).sum(1, keepdims=True)], 1)
 
-def _draw(draw: ImageDraw.ImageDraw, o: Obj, side: float, fill) -> None:
-    width = max(1, round(0.28 * RADIUS[o.size] * side))
-    if o.shape == "circle":
-        r, cx, cy = o.radius * side, o.x * side, o.y * side
-        box = [cx - r, cy - r, cx + r, cy + r]
-        if o.fill == "solid": draw.ellipse(box, fill=fill)
-        else: draw.ellipse(box, outline=fill, width=width)
-    else:
-        pts = [tuple(p) for p in _vertices(o, side)]
-        if o.fill == "solid": draw.polygon(pts, fill=fill)
-        else: draw.polygon(pts, outline=fill, width=width)
+_PLANES = {s: _edge_planes(s) for s in SHAPES if s not in ("circle", "star")}
+_STAR_A = np.array([1.0, 0.0])                                                 # outer vertex, in the folded wedge
+_STAR_B = 0.45 * np.array([math.cos(math.pi / 5), math.sin(math.pi / 5)])      # the next inner vertex
 
-def render_scene(scene: Scene, supersample: int = 4) -> np.ndarray:
+def _sdf(shape: str, dx: np.ndarray, dy: np.ndarray, cos: np.ndarray, sin: np.ndarray, R: np.ndarray) -> np.ndarray:
+    "Signed distance (pixels) of points (dx, dy) from the centres of objects of one shape with circumradius R, rotation (cos, sin)."
+    if shape == "circle": return np.sqrt(dx * dx + dy * dy) - R
+    if shape in _PLANES:                                        # convex: the largest edge distance
+        d = None
+        for nx, ny, off in _PLANES[shape]:
+            wx, wy = cos * nx - sin * ny, sin * nx + cos * ny   # the rotated normal
+            t = (dx * wx - off * R) + dy * wy                   # small (m, 1, W) term first: one full-size add
+            d = t if d is None else np.maximum(d, t)
+        return d
+    u, v = cos * dx + sin * dy, -sin * dx + cos * dy            # star: object frame, point up is -v
+    rho = np.sqrt(u * u + v * v)
+    phi = np.arctan2(v, u) + np.pi / 2                          # angle from the top vertex
+    psi = np.abs(np.mod(phi + np.pi / 5, 2 * np.pi / 5) - np.pi / 5)
+    qx, qy = rho * np.cos(psi) / R, rho * np.sin(psi) / R       # folded into the wedge [0, 36 deg], unit circumradius
+    ex, ey = _STAR_B - _STAR_A
+    t = np.clip(((qx - _STAR_A[0]) * ex + qy * ey) / (ex * ex + ey * ey), 0, 1)
+    dist = np.sqrt((qx - _STAR_A[0] - t * ex) ** 2 + (qy - t * ey) ** 2)
+    inside = ex * qy - ey * (qx - _STAR_A[0]) > 0               # on the centre's side of the edge
+    return np.where(inside, -dist, dist) * R
+
+def _coverage(d: np.ndarray, outline: np.ndarray, width: np.ndarray) -> np.ndarray:
+    c = np.clip(0.5 - d, 0, 1)
+    if outline.any(): c -= np.clip(0.5 - d - width, 0, 1) * outline       # minus the shape eroded by the line width
+    return c
+
+def _bboxes(arr: SceneArrays, S: int) -> np.ndarray:
+    "Pixel boxes (B, O, 4) [x0, y0, x1, y1] from the geometry (vertices, or the circle)."
+    B, O = arr.valid.shape
+    lo = np.zeros((B, O, 2)); hi = np.zeros((B, O, 2))
+    R = _CIRC[arr.attrs[..., 0]] * _RAD[arr.attrs[..., 2]]
+    th = np.radians(arr.rotation)
+    for s, shape in enumerate(SHAPES):
+        m = (arr.attrs[..., 0] == s) & arr.valid
+        if not m.any(): continue
+        if shape == "circle": lo[m], hi[m] = arr.xy[m] - R[m, None], arr.xy[m] + R[m, None]
+        else:
+            c, sn = np.cos(th[m])[:, None], np.sin(th[m])[:, None]
+            V = UNIT[shape]
+            vx = (V[:, 0] * c - V[:, 1] * sn) * R[m, None] + arr.xy[m, 0:1]
+            vy = (V[:, 0] * sn + V[:, 1] * c) * R[m, None] + arr.xy[m, 1:2]
+            lo[m] = np.stack([vx.min(1), vy.min(1)], 1); hi[m] = np.stack([vx.max(1), vy.max(1)], 1)
+    box = np.concatenate([np.maximum(0, np.floor(lo * S)), np.minimum(S, np.ceil(hi * S))], -1).astype(np.int64)
+    return np.where(arr.valid[..., None], box, 0)
+
+def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    "Images (B, S, S, 3) uint8, pixel boxes (B, O, 4) and visible pixel counts (B, O) of a batch of scenes."
+    B, O = arr.valid.shape
+    S, P = size, 3                                                   # P: a margin for the anti-aliased rims
+    Sp = S + 2 * P
+    canvas = np.empty((B, 3, Sp, Sp), np.float32); canvas[:] = np.array(BACKGROUND, np.float32)[:, None, None] + 0.5   # +0.5: truncation rounds
+    label = np.zeros((B, Sp, Sp), np.int8)
+    b_idx, k_idx = np.nonzero(arr.valid)
+    a = arr.attrs[b_idx, k_idx]
+    cx, cy = arr.xy[b_idx, k_idx, 0] * S, arr.xy[b_idx, k_idx, 1] * S
+    th = np.radians(arr.rotation[b_idx, k_idx])
+    Rpx = _CIRC[a[:, 0]] * _RAD[a[:, 2]] * S
+    width = 0.28 * _RAD[a[:, 2]] * S
+    rgb = np.array([RGB[c] for c in COLORS], np.float32)[a[:, 1], :, None, None] + 0.5
+    windows = [None] * len(b_idx)                                     # per object: (y0, x0, coverage)
+    for s, shape in enumerate(SHAPES):                                 # coverage, one (shape, size) group at a time
+        for z in range(len(SIZES)):
+            sel = np.nonzero((a[:, 0] == s) & (a[:, 2] == z))[0]
+            if not len(sel): continue
+            h = int(math.ceil(CIRCUM[shape] * RADIUS[SIZES[z]] * S + 1))
+            g = np.arange(-h, h + 1, dtype=np.float32) + 0.5
+            ox, oy = np.floor(cx[sel]), np.floor(cy[sel])
+            f32 = lambda x: x[:, None, None].astype(np.float32)
+            dx, dy = g[None, None, :] + f32(ox - cx[sel]), g[None, :, None] + f32(oy - cy[sel])
+            d = _sdf(shape, dx, dy, f32(np.cos(th[sel])), f32(np.sin(th[sel])), f32(Rpx[sel]))
+            cov = _coverage(d, f32(a[sel, 3] == 1), f32(width[sel]))
+            paint = rgb[sel] * cov[:, None]                          # premultiplied colour, (m, 3, W, W)
+            for j, y0, x0, c, pc in zip(sel.tolist(), (oy - h + P).astype(int).tolist(), (ox - h + P).astype(int).tolist(), 1 - cov, paint):
+                windows[j] = (y0, x0, c, pc, c < 0.5)
+    for b, k, (y0, x0, keep, pc, own) in zip(b_idx.tolist(), k_idx.tolist(), windows):   # "over", in drawing order
+        W = len(keep)
+        px = canvas[b, :, y0:y0 + W, x0:x0 + W]
+        px *= keep; px += pc
+        np.copyto(label[b, y0:y0 + W, x0:x0 + W], k + 1, where=own)
+    lab = label[:, P:P + S, P:P + S].astype(np.int32) + (np.arange(B, dtype=np.int32) * (O + 1))[:, None, None]
+    visible = np.bincount(lab.ravel(), minlength=B * (O + 1)).reshape(B, O + 1)[:, 1:]
+    img = np.ascontiguousarray(canvas[:, :, P:P + S, P:P + S].astype(np.uint8).transpose(0, 2, 3, 1))
+    return img, _bboxes(arr, S), visible
+
+def _arrays_of(scenes: Sequence[Scene]) -> SceneArrays:
+    O = max(len(s.objects) for s in scenes)
+    attrs, xy, valid = scene_arrays(scenes, O)
+    rot = np.zeros(valid.shape)
+    for b, s in enumerate(scenes): rot[b, :len(s.objects)] = [o.rotation for o in s.objects]
+    return SceneArrays(np.maximum(attrs.astype(np.int64), 0), xy, rot, valid)
+
+def render_scenes(scenes: Sequence[Scene]) -> np.ndarray:
+    "Scenes (all the same size) as (N, H, W, 3) uint8 images; fills in each object's `bbox` and `visible` pixel count."
+    if len({s.size for s in scenes}) != 1: raise ValueError("render_scenes needs scenes of one size")
+    img, box, vis = render_arrays(_arrays_of(scenes), scenes[0].size)
+    for b, s in enumerate(scenes):
+        for k, o in enumerate(s.objects): o.bbox, o.visible = box[b, k].tolist(), int(vis[b, k])
+    return img
+
+def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
-    S, ss = scene.size, supersample
-    big = Image.new("RGB", (S * ss, S * ss), BACKGROUND)
-    d = ImageDraw.Draw(big)
-    lab = Image.new("L", (S, S), 0)
-    dl = ImageDraw.Draw(lab)
-    for k, o in enumerate(scene.objects):
-        _draw(d, o, S * ss, RGB[o.color])
-        _draw(dl, o, S, k + 1)
-        if o.shape == "circle": lo, hi = np.array([o.x - o.radius, o.y - o.radius]) * S, np.array([o.x + o.radius, o.y + o.radius]) * S
-        else: v = _vertices(o, S); lo, hi = v.min(0), v.max(0)
-        o.bbox = [int(max(0, math.floor(lo[0]))), int(max(0, math.floor(lo[1]))), int(min(S, math.ceil(hi[0]))), int(min(S, math.ceil(hi[1])))]
-    img = big.resize((S, S), Image.BOX) if ss > 1 else big
-    counts = np.bincount(np.asarray(lab).ravel(), minlength=len(scene.objects) + 1)
-    for k, o in enumerate(scene.objects): o.visible = int(counts[k + 1])
-    return np.asarray(img)
+    return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #5b27b507
+# %% ../nbs/02_world.ipynb #b38e50e0
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -241,7 +375,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #e372cbdc
+# %% ../nbs/02_world.ipynb #cb0552a2
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -251,10 +385,16 @@ class Desc:
     fill: str | None = None
 
     @functools.cached_property
-    def _code(self) -> np.ndarray:
-        return np.array([-1 if getattr(self, a) is None else _INDEX[a][getattr(self, a)] for a in ATTRS], np.int8)
+    def code(self) -> tuple[int, int, int, int]:
+        "Value indices per attribute, -1 where any value fits."
+        return tuple(-1 if getattr(self, a) is None else _INDEX[a][getattr(self, a)] for a in ATTRS)
 
-    def code(self) -> tuple[int, int, int, int]: return tuple(int(c) for c in self._code)
+    @staticmethod
+    def of(code: Sequence[int]) -> "Desc":
+        "The (shared) description with these value indices (-1: any)."
+        return _DESC_OF[tuple(code)]
+
+    def __hash__(self) -> int: return hash(self.code)
 
     def as_dict(self) -> dict: return {"shape": self.shape, "color": self.color, "size": self.size, "fill": self.fill}
 
@@ -266,9 +406,11 @@ class Desc:
 
     def fits(self, o: Obj) -> bool: return all(getattr(self, a) is None or getattr(self, a) == getattr(o, a) for a in ATTRS)
 
-@dataclass(frozen=True)
-class LF:
-    "A caption's logical form: kind 'exist' | 'count' | 'rel'."
+_DESC_OF = {c: Desc(*(None if v < 0 else VALUES[a][v] for a, v in zip(ATTRS, c)))
+            for c in itertools.product(*(range(-1, len(VALUES[a])) for a in ATTRS))}
+
+class LF(NamedTuple):
+    "A caption's logical form: kind 'exist' | 'count' | 'rel' (a named tuple: hashable, cheap to build)."
     kind: str
     d1: Desc
     pred: str | None = None
@@ -282,7 +424,7 @@ class LF:
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #6404e043
+# %% ../nbs/02_world.ipynb #8e976284
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -297,7 +439,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #b711b987
+# %% ../nbs/02_world.ipynb #d19b7a03
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -311,7 +453,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
     kinds = np.array([c.kind for c in captions])
     for s in range(0, len(captions), chunk):
         cs = captions[s:s + chunk]
-        m1 = _fit(np.array([c.d1.code() for c in cs], np.int8), attrs, valid)          # (N, C, O)
+        m1 = _fit(np.array([c.d1.code for c in cs], np.int8), attrs, valid)          # (N, C, O)
         k = kinds[s:s + chunk]
         res = np.zeros((len(scenes), len(cs)), np.int8)
         ex = k == "exist"; res[:, ex] = m1[:, ex].any(-1)
@@ -321,7 +463,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
             res[:, cnt] = m1[:, cnt].sum(-1) == ns[cnt][None]
         rel = np.nonzero(k == "rel")[0]
         if len(rel):
-            m2 = _fit(np.array([cs[i].d2.code() for i in rel], np.int8), attrs, valid)
+            m2 = _fit(np.array([cs[i].d2.code for i in rel], np.int8), attrs, valid)
             m1r = torch.from_numpy(m1[:, rel].astype(np.float32))
             m2r = torch.from_numpy(m2.astype(np.float32))
             preds = np.array([PREDICATES.index(cs[i].pred) for i in rel])
@@ -336,25 +478,64 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #f63e74c0
-class SceneTruth:
-    "Fast truth of logical forms on one scene (the generator's hot path); agrees with `truth_matrix`."
-    def __init__(self, scene: Scene, R: np.ndarray | None = None):
-        self.attrs = np.array([o.attrs() for o in scene.objects], np.int8).reshape(-1, 4)
-        self.R = relation_truth(scene) if R is None else R
+# %% ../nbs/02_world.ipynb #968847a8
+_PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
+_BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 
-    def fit(self, d: Desc) -> np.ndarray:
-        c = d._code
-        return ((c < 0) | (self.attrs == c)).all(1)
+def _subject_masks(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "Per predicate and object b, the masks of subjects a with R[..., p, a, b] true and ambiguous: (..., P, O) int64."
+    w = np.left_shift(1, np.arange(R.shape[-1], dtype=np.int64))
+    return (np.swapaxes(R == 1, -1, -2) @ w), (np.swapaxes(R == -1, -1, -2) @ w)
+
+class SceneTruth:
+    "Truth of descriptions, logical forms and programs on one scene, with bit masks (the generator's hot path)."
+    def __init__(self, scene: Scene, R: np.ndarray | None = None, masks: tuple | None = None):
+        self.scene, self.codes = scene, [o.attrs() for o in scene.objects]
+        self.n, self.all = len(self.codes), (1 << len(self.codes)) - 1
+        self.R = relation_truth(scene) if R is None else R
+        self.by_value = [[0] * len(VALUES[a]) for a in ATTRS]
+        for k, c in enumerate(self.codes):
+            for a, v in enumerate(c): self.by_value[a][v] |= 1 << k
+        self.obj_masks = [[self.by_value[a][v] for a, v in enumerate(c)] for c in self.codes]
+        t, amb = _subject_masks(self.R) if masks is None else masks
+        self.true_in, self.amb_in = t.tolist(), amb.tolist()
+        self._cache: dict = {}
+
+    @functools.cached_property
+    def pairs(self) -> list[tuple[int, int, int]]:
+        "True (predicate, subject, object) triples of the spatial and size predicates."
+        return [(p, a, b) for p in range(8) for b in range(self.n) for a in _BITS[self.true_in[p][b]]]
+
+    def mask(self, d: Desc) -> int:
+        "Objects fitting d, as a bit mask."
+        code = d.code
+        m = self._cache.get(code)
+        if m is None:
+            m = self.all
+            for a, v in enumerate(code):
+                if v >= 0: m &= self.by_value[a][v]
+            self._cache[code] = m
+        return m
+
+    def fit(self, d: Desc) -> list[int]: return list(_BITS[self.mask(d)])
+
+    def related(self, m1: int, pred: str, ref: int) -> tuple[int, int]:
+        "Of the objects in m1 (other than ref), those in relation pred to object ref: (true mask, ambiguous mask)."
+        p, other = _PRED_INDEX[pred], m1 & ~(1 << ref)
+        return other & self.true_in[p][ref], other & self.amb_in[p][ref]
 
     def __call__(self, lf: LF) -> int:
-        m1 = self.fit(lf.d1)
-        if lf.kind == "exist": return int(m1.any())
-        if lf.kind == "count": return int(m1.sum() == lf.n)
-        sub = self.R[PREDICATES.index(lf.pred)][np.ix_(m1, self.fit(lf.d2))]
-        return 1 if (sub == 1).any() else -1 if (sub == -1).any() else 0
+        "1 true, 0 false, -1 ambiguous."
+        m1 = self.mask(lf.d1)
+        if lf.kind == "exist": return int(m1 != 0)
+        if lf.kind == "count": return int(m1.bit_count() == lf.n)
+        p, amb = _PRED_INDEX[lf.pred], False
+        for b in _BITS[self.mask(lf.d2)]:
+            if self.true_in[p][b] & m1: return 1
+            amb = amb or bool(self.amb_in[p][b] & m1)
+        return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #3d897f61
+# %% ../nbs/02_world.ipynb #a6c25b4b
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -370,16 +551,26 @@ CAPTION_TEMPLATES = {
     "rel": ["{NP1} is {p} {np2}", "there is {np1} {p} {np2}", "the image shows {np1} {p} {np2}", "{np1} {p} {np2}"],
 }
 
-def _word(w: str, rng, test: bool = False) -> str:
-    opts = SYNONYMS.get(w, [w]) + (TEST_SYNONYMS.get(w, []) if test else [])
-    return opts[rng.integers(len(opts))] if len(opts) > 1 else opts[0]
+def _pick(seq: Sequence, rng) -> Any:
+    "A uniform element; `rng` is anything with `.random()` (a `random.Random` or a numpy Generator)."
+    return seq[int(rng.random() * len(seq))]
+
+@functools.lru_cache(maxsize=None)
+def _options(w: str, test: bool) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(o.split()) for o in SYNONYMS.get(w, [w]) + (TEST_SYNONYMS.get(w, []) if test else []))
+
+@functools.lru_cache(maxsize=None)
+def _word_options(d: Desc, test: bool) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    "Per word slot of a description (size, fill, color, noun), its wording options."
+    return tuple(_options(v, test) for v in (d.size, d.fill, d.color) if v is not None) + \
+           (_options(d.shape, test) if d.shape is not None else (("thing",), ("object",)),)
 
 def desc_words(d: Desc, rng, plural: bool = False, test: bool = False) -> list[str]:
-    "Adjectives then noun: size, fill, color, shape (or 'thing'/'object')."
-    words = [_word(getattr(d, a), rng, test) for a in ("size", "fill", "color") if getattr(d, a) is not None]
-    noun = _word(d.shape, rng, test) if d.shape is not None else ("thing" if rng.integers(2) else "object")
-    if plural: noun = noun + ("es" if noun.endswith(("sh", "x", "s")) else "s")
-    return (" ".join(words + [noun])).split()
+    "Adjectives then noun: size, fill, color, shape (or 'thing'/'object'); synonyms drawn at random."
+    words = []
+    for opts in _word_options(d, test): words += opts[int(rng.random() * len(opts))]
+    if plural: words[-1] += "es" if words[-1].endswith(("sh", "x", "s")) else "s"
+    return words
 
 def _article(words: list[str]) -> str: return "an" if words[0][0] in "aeiou" else "a"
 
@@ -392,69 +583,87 @@ class Text:
     @property
     def text(self) -> str: return " ".join(self.tokens)
 
+@functools.lru_cache(maxsize=None)
+def _parse(template: str) -> tuple[tuple[str | None, str, str, str | None], ...]:
+    "Template parts: (slot or None, literal word, trailing punctuation, phrase role)."
+    out = []
+    for part in template.split(" "):
+        if part.startswith("{") and "}" in part:                        # a slot, maybe followed by punctuation
+            key, rest = part[1:part.index("}")], part[part.index("}") + 1:]
+            role = ("d" + next(ch for ch in key if ch.isdigit())) if key.lower().startswith("np") else None
+            out.append((key, "", rest, role))
+        else: out.append((None, part, "", None))
+    return tuple(out)
+
 def render_text(template: str, slots: dict[str, list[str]]) -> Text:
     "Fill a template whose slots are {name}; phrase slots (np1, np2, ...) record their token spans."
     tokens, spans = [], []
-    for part in template.split(" "):
-        if part.startswith("{") and "}" in part:                       # a slot, maybe followed by punctuation
-            key, rest = part[1:part.index("}")], part[part.index("}") + 1:]
-            words = list(slots[key])
-            start = len(tokens)
-            tokens += words
-            if key.lower().startswith("np"): spans.append((start, len(tokens), "d" + key[-1] if key[-1].isdigit() else "d" + key[-2]))
-            if rest: tokens[-1] += rest
-        else: tokens.append(part)
+    for key, word, rest, role in _parse(template):
+        if key is None: tokens.append(word); continue
+        start = len(tokens)
+        tokens += slots[key]
+        if role: spans.append((start, len(tokens), role))
+        if rest: tokens[-1] += rest
     return Text(tokens, spans)
 
-def caption_text(lf: LF, rng: np.random.Generator, template: int | None = None) -> tuple[Text, int]:
+def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
     "A caption's text for a logical form, with a random (or given) template; returns the text and the template id."
     temps = CAPTION_TEMPLATES[lf.kind]
-    t = int(rng.integers(len(temps))) if template is None else template
+    t = int(rng.random() * len(temps)) if template is None else template
     w1 = desc_words(lf.d1, rng, plural=lf.kind == "count" and lf.n != 1)
-    slots = {"np1": [_article(w1)] + w1, "NP1": [_article(w1)] + w1, "np1s": w1}
+    np1 = [_article(w1)] + w1
+    slots = {"np1": np1, "NP1": np1, "np1s": w1}
     if lf.kind == "count": slots["n"] = [NUMBER_WORDS[lf.n]] if lf.n <= 10 else [str(lf.n)]
     if lf.kind == "rel":
         w2 = desc_words(lf.d2, rng)
         slots["np2"] = [_article(w2)] + w2
-        pw = PRED_WORDS[lf.pred]; slots["p"] = pw[rng.integers(len(pw))].split()
+        slots["p"] = _pick(PRED_WORDS[lf.pred], rng).split()
     tpl = temps[t]
     if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #2c5976dd
-def random_desc(o: Obj, rng: np.random.Generator, min_attrs: int = 0) -> Desc:
-    "A description of `o` fixing a random subset of its attributes (shape more often than the others)."
-    keep = {a: rng.random() < (0.8 if a == "shape" else 0.45) for a in ATTRS}
-    while sum(keep.values()) < min_attrs: keep[ATTRS[rng.integers(4)]] = True
-    return Desc(**{a: getattr(o, a) if keep[a] else None for a in ATTRS})
+# %% ../nbs/02_world.ipynb #a825853f
+_KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 
-def unique_desc(scene: Scene, k: int, rng: np.random.Generator) -> Desc | None:
-    "A description that fits object k and no other object of the scene (None if none exists)."
-    o = scene.objects[k]
-    subsets = [c for r in range(1, 5) for c in itertools.combinations(ATTRS, r)]
-    rng.shuffle(subsets)
-    subsets.sort(key=len)
-    for sub in subsets:
-        d = Desc(**{a: getattr(o, a) if a in sub else None for a in ATTRS})
-        if sum(d.fits(p) for p in scene.objects) == 1: return d
+def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | None = None) -> Desc:
+    "A description of object `o` (or its attribute code) fixing a random subset of its attributes, never attribute `free`."
+    code = o.attrs() if isinstance(o, Obj) else o
+    keep = [rng.random() < p and a != free for a, p in enumerate(_KEEP)]
+    while sum(keep) < min_attrs:
+        a = int(rng.random() * 4)
+        if a != free: keep[a] = True
+    return _DESC_OF[tuple(v if k else -1 for v, k in zip(code, keep))]
+
+_SUBSETS = [[s for s in itertools.combinations(range(4), r)] for r in range(1, 5)]
+
+def unique_desc(truth: SceneTruth, k: int, rng, free: int | None = None) -> Desc | None:
+    "A shortest description that fits object k and no other object (uniform among the shortest), never fixing `free`; None if none exists."
+    om, code = truth.obj_masks[k], truth.codes[k]
+    for subsets in _SUBSETS:
+        ok = []
+        for sub in subsets:
+            if free in sub: continue
+            m = truth.all
+            for a in sub: m &= om[a]
+            if m == 1 << k: ok.append(sub)
+        if ok:
+            sub = _pick(ok, rng)
+            return _DESC_OF[tuple(code[a] if a in sub else -1 for a in range(4))]
     return None
 
-def true_captions(scene: Scene, R: np.ndarray, rng: np.random.Generator, n: int, truth: SceneTruth | None = None) -> list[LF]:
+def true_captions(truth: SceneTruth, rng, n: int) -> list[LF]:
     "n distinct captions true of the scene."
-    truth = truth or SceneTruth(scene, R)
-    out, seen = [], set()
-    objs = scene.objects
-    true_pairs = np.argwhere(R[:8] == 1)            # (pred, a, b) spatial and size relations
+    out, seen, codes, pairs = [], set(), truth.codes, truth.pairs
     for _ in range(20 * n):
         if len(out) == n: break
-        kind = ("exist", "count", "rel")[rng.choice(3, p=[0.35, 0.2, 0.45])]
-        if kind == "rel" and len(true_pairs):
-            p, a, b = true_pairs[rng.integers(len(true_pairs))]
-            lf = LF("rel", random_desc(objs[a], rng), PREDICATES[p], random_desc(objs[b], rng))
-        elif kind == "count":
-            d = random_desc(objs[rng.integers(len(objs))], rng)
-            lf = LF("count", d, n=sum(d.fits(o) for o in objs))
-        else: lf = LF("exist", random_desc(objs[rng.integers(len(objs))], rng))
+        u = rng.random()
+        if u < 0.45 and pairs:
+            p, a, b = _pick(pairs, rng)
+            lf = LF("rel", random_desc(codes[a], rng), PREDICATES[p], random_desc(codes[b], rng))
+        elif u < 0.65:
+            d = random_desc(_pick(codes, rng), rng)
+            lf = LF("count", d, n=truth.mask(d).bit_count())
+        else: lf = LF("exist", random_desc(_pick(codes, rng), rng))
         if lf in seen or truth(lf) != 1: continue
         seen.add(lf); out.append(lf)
     return out
@@ -464,35 +673,31 @@ EDITS = ("attribute", "predicate", "swap", "count")
 def _edit(lf: LF, e: str, rng) -> LF:
     "One random minimal edit of type e."
     if e == "attribute":
-        slots = [(w, a) for w in ("d1", "d2") if getattr(lf, w) is not None for a in ATTRS if getattr(getattr(lf, w), a) is not None]
-        w, a = slots[rng.integers(len(slots))]
-        d = getattr(lf, w)
-        vals = [v for v in VALUES[a] if v != getattr(d, a)]
-        return LF(lf.kind, **{**_lf_kw(lf), w: Desc(**{**d.as_dict(), a: vals[rng.integers(len(vals))]})})
+        slots = [(w, a) for w in ("d1", "d2") if getattr(lf, w) is not None for a in range(4) if getattr(lf, w).code[a] >= 0]
+        w, a = _pick(slots, rng)
+        code = list(getattr(lf, w).code)
+        code[a] = (code[a] + 1 + int(rng.random() * (len(VALUES[ATTRS[a]]) - 1))) % len(VALUES[ATTRS[a]])   # another value
+        return lf._replace(**{w: _DESC_OF[tuple(code)]})
     if e == "predicate": return LF("rel", lf.d1, OPPOSITE[lf.pred], lf.d2)
     if e == "swap": return LF("rel", lf.d2, lf.pred, lf.d1)
     return LF("count", lf.d1, n=max(0, lf.n + (1 if lf.n == 0 or rng.random() < 0.5 else -1)))
 
-def hard_negatives(scene: Scene, lf: LF, rng: np.random.Generator, k: int = 1, truth: SceneTruth | None = None,
-                   tries: int = 12) -> list[tuple[LF, str]]:
+def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) -> list[tuple[LF, str]]:
     "Up to k minimal edits of a true caption that are false (never ambiguous) in the scene, each with its edit type."
-    truth = truth or SceneTruth(scene)
     edits = []
-    if any(getattr(getattr(lf, w), a) is not None for w in ("d1", "d2") if getattr(lf, w) is not None for a in ATTRS): edits.append("attribute")
+    if lf.d1.specificity() or (lf.d2 is not None and lf.d2.specificity()): edits.append("attribute")
     if lf.kind == "rel" and lf.pred in OPPOSITE: edits += ["predicate", "swap"]
     if lf.kind == "count": edits.append("count")
     if not edits: return []
     out, seen = [], {lf}
     for t in range(tries):
         if len(out) == k: break
-        e = edits[(t + int(rng.integers(len(edits)))) % len(edits)]
+        e = edits[(t + int(rng.random() * len(edits))) % len(edits)]
         c = _edit(lf, e, rng)
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-def _lf_kw(lf: LF) -> dict: return {"d1": lf.d1, "pred": lf.pred, "d2": lf.d2, "n": lf.n}
-
-# %% ../nbs/02_world.ipynb #85470fbe
+# %% ../nbs/02_world.ipynb #c7537d90
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -541,135 +746,169 @@ class Question:
     phrases: list[tuple[int, int, list[int]]]
     split: str = "train"       # train wording or held-out evaluation wording
 
-def _desc(d: dict) -> Desc: return Desc(d["shape"], d["color"], d["size"], d["fill"])
+class Program(NamedTuple):
+    "A question program: family, descriptions (d2 for the second phrase), predicate and queried attribute (names or None)."
+    family: str
+    d1: Desc
+    d2: Desc | None = None
+    pred: str | None = None
+    attr: str | None = None
 
-def _filter(scene: Scene, d: Desc, R: np.ndarray | None = None, pred: str | None = None, ref: int | None = None):
-    "Objects fitting d (and, with pred/ref, in relation pred to object ref); also whether any such relation is ambiguous."
-    idx = [k for k, o in enumerate(scene.objects) if k != ref and d.fits(o)]
-    if pred is None: return idx, False
-    r = R[PREDICATES.index(pred), :, ref]
-    return [k for k in idx if r[k] == 1], any(r[k] == -1 for k in idx)
+    def to_dict(self) -> dict:
+        return {"family": self.family, "d1": self.d1.as_dict(), "d2": None if self.d2 is None else self.d2.as_dict(),
+                "pred": self.pred, "attr": self.attr}
 
-def execute(program: dict, scene: Scene, R: np.ndarray | None = None):
+    @classmethod
+    def from_dict(cls, d: dict) -> "Program":
+        return cls(d["family"], _desc(d["d1"]), _desc(d.get("d2")), d.get("pred"), d.get("attr"))
+
+def _desc(d: dict | None) -> Desc | None:
+    return None if d is None else _DESC_OF[tuple(-1 if d.get(a) is None else _INDEX[a][d[a]] for a in ATTRS)]
+
+def _truth_of(scene: "Scene | SceneTruth", R: np.ndarray | None) -> SceneTruth:
+    return scene if isinstance(scene, SceneTruth) else SceneTruth(scene, R)
+
+def _attr_word(truth: SceneTruth, k: int, attr: str) -> str:
+    v = getattr(truth.scene.objects[k], attr); return ANSWER_WORDS.get(v, v)
+
+def execute(program: "Program | dict", scene: "Scene | SceneTruth", R: np.ndarray | None = None) -> str | None:
     "Run a question program on a scene: the answer string, or None if the question is ill-posed there."
-    R = relation_truth(scene) if R is None else R
-    f, d1 = program["family"], _desc(program["d1"])
-    d2 = _desc(program["d2"]) if program.get("d2") else None
-    pred, attr = program.get("pred"), program.get("attr")
-    def ref(d):
-        ks = [k for k, o in enumerate(scene.objects) if d.fits(o)]
-        return ks[0] if len(ks) == 1 else None
-    if f in ("exist", "count", "query"):
-        ks, _ = _filter(scene, d1)
-        if f == "exist": return "yes" if ks else "no"
-        if f == "count": return str(len(ks))
-        if len(ks) != 1: return None
-        v = getattr(scene.objects[ks[0]], attr); return ANSWER_WORDS.get(v, v)
-    if f in ("exist_rel", "count_rel", "query_rel"):
-        r = ref(d2)
-        if r is None: return None
-        ks, amb = _filter(scene, d1, R, pred, r)
-        if amb: return None
-        if f == "exist_rel": return "yes" if ks else "no"
-        if f == "count_rel": return str(len(ks))
-        if len(ks) != 1: return None
-        v = getattr(scene.objects[ks[0]], attr); return ANSWER_WORDS.get(v, v)
-    if f == "compare_count":
-        a, b = len(_filter(scene, d1)[0]), len(_filter(scene, d2)[0])
-        return "yes" if a > b else "no"
+    t, p = _truth_of(scene, R), program if isinstance(program, Program) else Program.from_dict(program)
+    f, m1 = p.family, t.mask(p.d1)
+    if f == "exist": return "yes" if m1 else "no"
+    if f == "count": return str(m1.bit_count())
+    if f == "query": return _attr_word(t, _BITS[m1][0], p.attr) if m1.bit_count() == 1 else None
+    m2 = t.mask(p.d2)
+    if f == "compare_count": return "yes" if m1.bit_count() > m2.bit_count() else "no"
+    if m2.bit_count() != 1: return None                              # the second phrase must refer to one object
     if f == "same_attr":
-        a, b = ref(d1), ref(d2)
-        if a is None or b is None or a == b: return None
-        return "yes" if getattr(scene.objects[a], attr) == getattr(scene.objects[b], attr) else "no"
-    raise ValueError(f"unknown question family {f!r}")
+        if m1.bit_count() != 1 or m1 == m2: return None
+        a = ATTRS.index(p.attr)
+        return "yes" if t.codes[_BITS[m1][0]][a] == t.codes[_BITS[m2][0]][a] else "no"
+    if f not in ("exist_rel", "count_rel", "query_rel"): raise ValueError(f"unknown question family {f!r}")
+    rel, amb = t.related(m1, p.pred, _BITS[m2][0])
+    if amb: return None
+    if f == "exist_rel": return "yes" if rel else "no"
+    if f == "count_rel": return str(rel.bit_count())
+    return _attr_word(t, _BITS[rel][0], p.attr) if rel.bit_count() == 1 else None
 
-def _degenerate(program: dict, scene: Scene, R: np.ndarray) -> bool:
+def _degenerate(p: Program, truth: SceneTruth) -> bool:
     "CLEVR's rule: a relational question is degenerate when its relation filters nothing out (or, for a query, is not needed)."
-    f = program["family"]
-    if not f.endswith("_rel"): return False
-    d1 = _desc(program["d1"])
-    ref = [k for k, o in enumerate(scene.objects) if _desc(program["d2"]).fits(o)][0]
-    without = _filter(scene, d1, ref=ref)[0]
-    if f == "query_rel": return len(without) == 1
-    return without == _filter(scene, d1, R, program["pred"], ref)[0]
+    if not p.family.endswith("_rel"): return False
+    ref = _BITS[truth.mask(p.d2)][0]
+    without = truth.mask(p.d1) & ~(1 << ref)
+    if p.family == "query_rel": return without.bit_count() == 1
+    return without == truth.related(without, p.pred, ref)[0]
 
-def _question_slots(program: dict, rng, test: bool) -> dict[str, list[str]]:
-    d1 = _desc(program["d1"]); w1 = desc_words(d1, rng, test=test); w1s = desc_words(d1, rng, plural=True, test=test)
-    slots = {"np1": [_article(w1)] + w1, "np1s": w1s, "np1x": w1, "np1a": [_article(w1)] + w1}
-    if program.get("d2"):
-        d2 = _desc(program["d2"]); w2 = desc_words(d2, rng, test=test)
-        slots.update(np2x=w2, np2s=desc_words(d2, rng, plural=True, test=test), np2=[_article(w2)] + w2)
-    if program.get("pred"):
-        pw = PRED_WORDS[program["pred"]]; slots["p"] = pw[rng.integers(len(pw))].split()
-    if program.get("attr"): slots["attr"] = ATTR_WORDS[program["attr"]].split()
-    return slots
+@functools.lru_cache(maxsize=None)
+def _slot_keys(template: str) -> frozenset: return frozenset(k for k, *_ in _parse(template) if k)
 
-def question_text(program: dict, template_id: int, rng) -> Text:
+def question_text(program: "Program | dict", template_id: int, rng) -> Text:
     "The question's words in one of its family's 8 wordings (held-out wordings may use test-only synonyms)."
-    return render_text(QUESTION_TEMPLATES[program["family"]][template_id], _question_slots(program, rng, template_id >= TRAIN_TEMPLATES))
+    p = program if isinstance(program, Program) else Program.from_dict(program)
+    tpl, test = QUESTION_TEMPLATES[p.family][template_id], template_id >= TRAIN_TEMPLATES
+    keys = _slot_keys(tpl)
+    w1 = desc_words(p.d1, rng, test=test)
+    slots = {"np1x": w1, "np1": [_article(w1)] + w1}
+    slots["np1a"] = slots["np1"]
+    if "np1s" in keys: slots["np1s"] = desc_words(p.d1, rng, plural=True, test=test)
+    if p.d2 is not None:
+        w2 = desc_words(p.d2, rng, test=test)
+        slots.update(np2x=w2, np2=[_article(w2)] + w2)
+        if "np2s" in keys: slots["np2s"] = desc_words(p.d2, rng, plural=True, test=test)
+    if p.pred: slots["p"] = _pick(PRED_WORDS[p.pred], rng).split()
+    if p.attr: slots["attr"] = ATTR_WORDS[p.attr].split()
+    return render_text(tpl, slots)
 
-def _answer_space(program: dict) -> list[str]:
-    f = program["family"]
-    if f in ("exist", "exist_rel", "compare_count", "same_attr"): return ["yes", "no"]
-    if f in ("count", "count_rel"): return [str(i) for i in range(11)]
-    return [ANSWER_WORDS.get(v, v) for v in VALUES[program["attr"]]]
+_YES_NO, _COUNTS = ["yes", "no"], [str(i) for i in range(11)]
+_ATTR_ANSWERS = {a: [ANSWER_WORDS.get(v, v) for v in VALUES[a]] for a in ATTRS}
 
-def sample_program(scene: Scene, R: np.ndarray, family: str, rng) -> dict | None:
-    "A random well-posed, non-degenerate program of `family` for the scene, or None."
-    objs = scene.objects
-    k = int(rng.integers(len(objs)))
-    prog: dict[str, Any] = {"family": family, "d1": None, "d2": None, "pred": None, "attr": None}
-    if family in ("exist", "count"):
-        o = objs[k] if rng.random() < 0.7 else Obj(SHAPES[rng.integers(6)], COLORS[rng.integers(8)], SIZES[rng.integers(3)], FILLS[rng.integers(2)], 0, 0)
-        prog["d1"] = random_desc(o, rng, 1).as_dict()
+def _answer_space(p: Program) -> list[str]:
+    if p.family in ("exist", "exist_rel", "compare_count", "same_attr"): return _YES_NO
+    if p.family in ("count", "count_rel"): return _COUNTS
+    return _ATTR_ANSWERS[p.attr]
+
+_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]
+
+def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, ok) -> list[Desc]:
+    "Descriptions of object a (never fixing attribute `free`) whose relational filter is unambiguous and passes `ok(without, rel)`."
+    out = []
+    for sub in _ATTR_SUBSETS:
+        if free in sub: continue
+        m = truth.all & ~(1 << ref)
+        for x in sub: m &= truth.obj_masks[a][x]
+        rel, amb = truth.related(m, pred, ref)
+        if not amb and ok(m, rel): out.append(_DESC_OF[tuple(truth.codes[a][x] if x in sub else -1 for x in range(4))])
+    return out
+
+def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], bool] | None = None) -> Program | None:
+    "A random well-posed, non-degenerate program of `family` for the scene, or None; `allow(answer)` narrows the answers proposed."
+    allow = allow or (lambda ans: True)
+    n, codes = truth.n, truth.codes
+    if family == "exist":                                          # half the time a description of a present object
+        code = _pick(codes, rng) if rng.random() < 0.5 else tuple(int(rng.random() * k) for k in _NV)
+        prog = Program(family, random_desc(code, rng, 1))
+    elif family == "count":                                        # the count drawn uniformly among those the scene offers
+        sub = _pick(_ATTR_SUBSETS[1:], rng)
+        groups = collections.Counter(tuple(c[x] for x in sub) for c in codes)
+        counts = [c for c in sorted(set(groups.values())) + [0] if allow(str(c))]
+        if not counts: return None
+        c = _pick(counts, rng)
+        vals = _pick([g for g, v in groups.items() if v == c], rng) if c else tuple(int(rng.random() * _NV[x]) for x in sub)
+        if not c and vals in groups: return None
+        prog = Program(family, _DESC_OF[tuple(vals[sub.index(x)] if x in sub else -1 for x in range(4))])
     elif family in ("query", "same_attr"):
-        d = unique_desc(scene, k, rng)
+        attr, k = int(rng.random() * 4), int(rng.random() * n)
+        d = unique_desc(truth, k, rng, free=attr)
         if d is None: return None
-        prog["attr"] = ATTRS[rng.integers(4)]
-        if family == "query":
-            if getattr(d, prog["attr"]) is not None: return None   # the answer would be in the question
-            prog["d1"] = d.as_dict()
+        if family == "query": prog = Program(family, d, attr=ATTRS[attr])
         else:
-            j = int(rng.integers(len(objs)))
-            d2 = unique_desc(scene, j, rng)
-            if j == k or d2 is None or getattr(d, prog["attr"]) is not None or getattr(d2, prog["attr"]) is not None: return None
-            prog["d1"], prog["d2"] = d.as_dict(), d2.as_dict()
+            same = [j for j in range(n) if j != k and codes[j][attr] == codes[k][attr]]
+            other = same if same and rng.random() < 0.5 else [j for j in range(n) if j != k]   # "yes" half the time it can be
+            d2 = unique_desc(truth, _pick(other, rng), rng, free=attr) if other else None
+            if d2 is None: return None
+            prog = Program(family, d, d2, attr=ATTRS[attr])
     elif family.endswith("_rel"):
-        j = int(rng.integers(len(objs)))
-        d2 = unique_desc(scene, j, rng)
+        if not truth.pairs: return None
+        p, a, j = _pick(truth.pairs, rng)
+        d2, pred = unique_desc(truth, j, rng), PREDICATES[p]
         if d2 is None: return None
-        true_subj = [a for a in range(len(objs)) if a != j and any(R[p, a, j] == 1 for p in range(8))]
-        if not true_subj: return None
-        a = true_subj[rng.integers(len(true_subj))]
-        ps = [p for p in range(8) if R[p, a, j] == 1]
-        if family != "query_rel" and rng.random() < 0.5:          # a subject that may not stand in the relation: "no" answers
-            a = int(rng.choice([x for x in range(len(objs)) if x != j]))
-        prog["pred"], prog["d2"] = PREDICATES[ps[rng.integers(len(ps))]], d2.as_dict()
-        prog["d1"] = random_desc(objs[a], rng).as_dict()
-        if family == "query_rel":
-            prog["attr"] = ATTRS[rng.integers(4)]
-            if prog["d1"][prog["attr"]] is not None: return None
+        if family == "query_rel":                                  # the relation alone picks the subject out
+            attr = int(rng.random() * 4)
+            ds = _subject_descs(truth, a, pred, j, attr, lambda m, rel: rel == 1 << a and m.bit_count() > 1)
+            prog = Program(family, _pick(ds, rng), d2, pred, ATTRS[attr]) if ds else None
+        else:                                                      # the answer drawn uniformly among those possible
+            if rng.random() < 0.5: a = _pick([x for x in range(n) if x != j], rng)   # a subject that may not stand in the relation
+            ds = _subject_descs(truth, a, pred, j, None, lambda m, rel: m != rel)
+            if family == "exist_rel": ds = [("yes" if truth.related(truth.mask(d), pred, j)[0] else "no", d) for d in ds]
+            else: ds = [(str(truth.related(truth.mask(d), pred, j)[0].bit_count()), d) for d in ds]
+            answers = sorted({x for x, _ in ds if allow(x)})
+            if answers:
+                ans = _pick(answers, rng)
+                prog = Program(family, _pick([d for x, d in ds if x == ans], rng), d2, pred)
+            else: prog = None
+        if prog is None: return None
     elif family == "compare_count":
-        prog["d1"] = random_desc(objs[k], rng, 1).as_dict(); prog["d2"] = random_desc(objs[int(rng.integers(len(objs)))], rng, 1).as_dict()
-        if prog["d1"] == prog["d2"]: return None
-    if execute(prog, scene, R) is None or _degenerate(prog, scene, R): return None
+        d1, d2 = random_desc(_pick(codes, rng), rng, 1), random_desc(_pick(codes, rng), rng, 1)
+        if d1 == d2: return None
+        c1, c2 = truth.mask(d1).bit_count(), truth.mask(d2).bit_count()
+        want_yes = allow("yes") and (rng.random() < 0.5 or not allow("no"))           # "yes" as often as it can be
+        if c1 != c2 and (c1 > c2) != want_yes: d1, d2 = d2, d1
+        prog = Program(family, d1, d2)
+    else: raise ValueError(f"unknown question family {family!r}")
+    if execute(prog, truth) is None or _degenerate(prog, truth): return None
     return prog
 
-def _phrases(text: Text, program: dict, truth: SceneTruth) -> list[tuple[int, int, list[int]]]:
+def _grounding(spans: list[tuple[int, int, str]], descs: dict[str, Desc | None], truth: SceneTruth) -> list[tuple[int, int, list[int]]]:
     "Token span of each noun phrase and the objects it names."
-    out = []
-    for s, e, role in text.spans:
-        d = program.get(role if role in ("d1", "d2") else "d1")
-        if d is None: continue
-        out.append((s, e, np.nonzero(truth.fit(_desc(d)))[0].tolist()))
-    return out
+    return [(s, e, list(_BITS[truth.mask(descs[role])])) for s, e, role in spans if descs.get(role) is not None]
 
 def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[str]:
     "10 annotator answers: the true answer, each replaced by another valid one with probability `rate`."
     others = [a for a in space if a != answer]
-    return [others[rng.integers(len(others))] if others and rng.random() < rate else answer for _ in range(10)]
+    return [_pick(others, rng) if others and rng.random() < rate else answer for _ in range(10)]
 
-# %% ../nbs/02_world.ipynb #1f0ee48b
+# %% ../nbs/02_world.ipynb #3f21dd91
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -718,83 +957,106 @@ class World:
         for f in ("images.npz", "annotations.json"):
             if not (folder / f).is_file(): raise FileNotFoundError(f"{folder / f}: missing (not a saved World folder?)")
         a = json.loads((folder / "annotations.json").read_text())
-        cfg = WorldConfig(**{**a["config"], "holdout": tuple(tuple(p) for p in a["config"]["holdout"])})
+        known = {k: v for k, v in a["config"].items() if k in WorldConfig.__dataclass_fields__}   # older saves had more knobs
+        cfg = WorldConfig(**{**known, "holdout": tuple(tuple(p) for p in known.get("holdout", ()))})
         caps = [Caption(**{**c, "lf": LF.from_dict(c["lf"]), "phrases": [tuple(p) for p in c["phrases"]]}) for c in a["captions"]]
         qs = [Question(**{**q, "phrases": [tuple(p) for p in q["phrases"]]}) for q in a["questions"]]
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #17f858f5
+# %% ../nbs/02_world.ipynb #5e28c31e
 class _Balancer:
-    "CLEVR-style rejection: an answer already more frequent than the family's rarest seen answer is sometimes refused."
-    def __init__(self): self.counts = collections.defaultdict(collections.Counter)
-    def accept(self, family: str, answer: str, space: list[str], rng) -> bool:
-        c = self.counts[family]
-        if len(space) == 2:    # yes / no: a hard cap, within 10% (+3) of the rarer answer
-            low = min(c.get(a, 0) for a in space)
-            ok = c.get(answer, 0) <= 1.1 * low + 3
-        else:                  # many answers: refuse frequent ones in proportion
-            low = min((c[a] for a in c), default=0)
-            ok = rng.random() < (low + 2) / (c.get(answer, 0) + 2)
-        if ok: c[answer] += 1
-        return ok
+    """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
+    runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
+    def __init__(self): self.counts: dict[str, dict[str, int]] = {}
+    def allows(self, family: str, answer: str) -> bool:
+        c = self.counts.get(family)
+        if c is None or answer not in c: return True
+        srt = sorted(c.values())
+        return not (c[answer] > 1.1 * srt[-2] + 3 or c[answer] > 5 * max(srt[len(srt) // 2], 5))
+    def accept(self, family: str, answer: str, space: list[str]) -> bool:
+        "Whether to keep a question of `family` with this answer (counted when kept)."
+        self.counts.setdefault(family, dict.fromkeys(space, 0))
+        if not self.allows(family, answer): return False
+        self.counts[family][answer] += 1
+        return True
 
-def annotate_image(scene: Scene, cfg: WorldConfig, rng: np.random.Generator, ids: dict, balancer: _Balancer):
-    "Captions (true and hard negatives), questions with their evaluation groups, and relation triplets of one scene."
-    R = relation_truth(scene)
-    truth = SceneTruth(scene, R)
+def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int, edit: str | None, source: int | None) -> Caption:
+    text, t = caption_text(lf, rng)
+    return Caption(cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, {"d1": lf.d1, "d2": lf.d2}, truth))
+
+def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer: _Balancer, questions: bool = True):
+    "Captions (true and hard negatives), questions with their evaluation groups, and true relation triplets of one scene."
+    sid = truth.scene.image_id
     caps, qs = [], []
-    for lf in true_captions(scene, R, rng, cfg.captions_per_image, truth):
-        text, t = caption_text(lf, rng)
+    for lf in true_captions(truth, rng, cfg.captions_per_image):
         cid = ids["caption"]; ids["caption"] += 1
-        caps.append(Caption(cid, scene.image_id, text.text, lf, t, 1, None, None, _phrases(text, _lf_prog(lf), truth)))
-        for neg, edit in hard_negatives(scene, lf, rng, cfg.negatives_per_caption, truth):
-            nt, t2 = caption_text(neg, rng)
-            caps.append(Caption(ids["caption"], scene.image_id, nt.text, neg, t2, 0, edit, cid, _phrases(nt, _lf_prog(neg), truth)))
-            ids["caption"] += 1
-    tries = 0
-    while len({q.group_id for q in qs}) < cfg.questions_per_image and tries < 30 * cfg.questions_per_image:
+        caps.append(_caption(cid, sid, lf, truth, rng, 1, None, None))
+        for neg, edit in hard_negatives(truth, lf, rng, cfg.negatives_per_caption):
+            caps.append(_caption(ids["caption"], sid, neg, truth, rng, 0, edit, cid)); ids["caption"] += 1
+    groups, tries, fam, fam_tries = 0, 0, None, 0
+    while questions and groups < cfg.questions_per_image and tries < 30 * cfg.questions_per_image:
         tries += 1
-        fam = FAMILIES[rng.integers(len(FAMILIES))]
-        prog = sample_program(scene, R, fam, rng)
+        if fam is None or fam_tries >= 3: fam, fam_tries = _pick(FAMILIES, rng), 0   # stay with a family a few tries: families stay balanced
+        fam_tries += 1
+        prog = sample_program(truth, fam, rng, functools.partial(balancer.allows, fam))
         if prog is None: continue
-        ans = execute(prog, scene, R)
-        space = _answer_space(prog)
-        if not balancer.accept(fam + (f"/{prog['attr']}" if prog.get("attr") else ""), ans, space, rng): continue
-        gid = ids["question"]
-        wordings = [int(rng.integers(TRAIN_TEMPLATES))] + [int(x) for x in rng.choice(np.arange(TRAIN_TEMPLATES, 8), cfg.rephrasings, replace=False)]
+        ans, space = execute(prog, truth), _answer_space(prog)
+        if not balancer.accept(fam + (f"/{prog.attr}" if fam.startswith("query") else ""), ans, space): continue   # a query's answers depend on its attribute
+        gid, groups, fam = ids["question"], groups + 1, None
+        held = list(range(TRAIN_TEMPLATES, len(QUESTION_TEMPLATES[prog.family])))
+        wordings = [int(rng.random() * TRAIN_TEMPLATES)] + [held.pop(int(rng.random() * len(held))) for _ in range(cfg.rephrasings)]
+        descs, as_dict = {"d1": prog.d1, "d2": prog.d2}, prog.to_dict()
         for w in wordings:
             text = question_text(prog, w, rng)
-            qs.append(Question(ids["question"], scene.image_id, fam, w, text.text, prog, ans, gid,
-                               annotator_answers(ans, space, cfg.annotator_disagreement, rng), _phrases(text, prog, truth),
+            qs.append(Question(ids["question"], sid, prog.family, w, text.text, as_dict, ans, gid,
+                               annotator_answers(ans, space, cfg.annotator_disagreement, rng), _grounding(text.spans, descs, truth),
                                "train" if w < TRAIN_TEMPLATES else "eval"))
             ids["question"] += 1
-    rels = [(scene.image_id, int(a), PREDICATES[p], int(b)) for p, a, b in np.argwhere(R == 1)]
+    rels = [(sid, a, PREDICATES[p], b) for p, a, b in np.argwhere(truth.R == 1).tolist()]
     return caps, qs, rels
 
-def _lf_prog(lf: LF) -> dict: return {"d1": lf.d1.as_dict(), "d2": None if lf.d2 is None else lf.d2.as_dict()}
+def _annotation_rng(seed: int, image_id: int) -> random.Random:
+    "Image i's annotation stream: Python's Mersenne Twister seeded by (seed, i) (only `.random()` is used: stable across versions)."
+    return random.Random((seed << 32) | image_id)
 
-def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, progress: bool | None = None, **kw) -> World:
-    "Generate a world of `n_images` scenes with images and every annotation (same seed, same bytes)."
+def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.ndarray, list[SceneTruth]]:
+    "Images and scene truths of images `ids`, sampled, rendered and related as one batch."
+    arr = sample_scene_arrays([np.random.default_rng([seed, i]) for i in ids], cfg)
+    images, box, vis = render_arrays(arr, cfg.size)
+    scenes = _scenes(arr, ids, cfg.size)
+    R = relation_truth_arrays(arr.xy, arr.attrs, arr.valid)
+    t_in, a_in = _subject_masks(R)
+    truths = []
+    for b, s in enumerate(scenes):
+        n = len(s.objects)
+        for k, o in enumerate(s.objects): o.bbox, o.visible = box[b, k].tolist(), int(vis[b, k])
+        truths.append(SceneTruth(s, R[b, :, :n, :n], (t_in[b, :, :n], a_in[b, :, :n])))
+    return images, truths
+
+def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, progress: bool | None = None,
+               batch: int = 256, **kw) -> World:
+    "Generate a world of `n_images` scenes with images and every annotation (same seed, same bytes, whatever the batch)."
     if not isinstance(n_images, int) or n_images < 1: raise ValueError(f"n_images must be a positive int, got {n_images!r}")
-    cfg = config or WorldConfig(**kw)
+    if not isinstance(seed, int) or not 0 <= seed < 2**31: raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
+    cfg = config or WorldConfig(**kw)
     images = np.zeros((n_images, cfg.size, cfg.size, 3), np.uint8)
     scenes, caps, qs, rels = [], [], [], []
     ids, bal = {"caption": 0, "question": 0}, _Balancer()
-    it = range(n_images)
+    starts = range(0, n_images, batch)
     if progress or (progress is None and n_images >= 5000):   # a progress bar on large sets
         from fastprogress.fastprogress import progress_bar
-        it = progress_bar(it)
-    for i in it:
-        rng = np.random.default_rng([seed, i])
-        s = sample_scene(rng, i, cfg)
-        images[i] = render_scene(s, cfg.supersample)
-        c, q, r = annotate_image(s, cfg, rng, ids, bal)
-        scenes.append(s); caps += c; qs += q; rels += r
+        starts = progress_bar(starts)
+    for start in starts:
+        block = range(start, min(n_images, start + batch))
+        images[block.start:block.stop], truths = _scene_batch(seed, block, cfg)
+        for i, t in zip(block, truths):
+            c, q, r = annotate_image(t, cfg, _annotation_rng(seed, i), ids, bal)
+            scenes.append(t.scene); caps += c; qs += q; rels += r
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #a49fe705
+# %% ../nbs/02_world.ipynb #a788a76d
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
