@@ -15,7 +15,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 
            'execute', 'question_text', 'sample_program', 'annotator_answers', 'Caption', 'World', 'annotate_image',
            'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #8a912e96
+# %% ../nbs/02_world.ipynb #a00a4e85
 import collections, functools, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #d6f0b21f
+# %% ../nbs/02_world.ipynb #b147d7e8
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #8fcd474e
+# %% ../nbs/02_world.ipynb #d5423ca7
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #14c67d81
+# %% ../nbs/02_world.ipynb #0d39c05c
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -121,7 +121,7 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #b57237aa
+# %% ../nbs/02_world.ipynb #17f44412
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
 _CANDIDATES = 64                         # candidate centres per object
@@ -205,7 +205,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #4a21df53
+# %% ../nbs/02_world.ipynb #0a24cc77
 def _edge_planes(shape: str) -> np.ndarray:
     "Outward unit normals and offsets (k, 3) of a convex unit polygon's edges: inside iff n . p <= offset for all edges."
     v = UNIT[shape]; e = np.roll(v, -1, 0) - v
@@ -268,7 +268,7 @@ def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndar
     S, P = size, 3                                                   # P: a margin for the anti-aliased rims
     Sp = S + 2 * P
     canvas = np.empty((B, 3, Sp, Sp), np.float32); canvas[:] = np.array(BACKGROUND, np.float32)[:, None, None] + 0.5   # +0.5: truncation rounds
-    label = np.zeros((B, Sp, Sp), np.int8)
+    label = np.zeros((B, Sp, Sp), bool)                              # pixels already owned
     b_idx, k_idx = np.nonzero(arr.valid)
     a = arr.attrs[b_idx, k_idx]
     cx, cy = arr.xy[b_idx, k_idx, 0] * S, arr.xy[b_idx, k_idx, 1] * S
@@ -291,13 +291,16 @@ def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndar
             paint = rgb[sel] * cov[:, None]                          # premultiplied colour, (m, 3, W, W)
             for j, y0, x0, c, pc in zip(sel.tolist(), (oy - h + P).astype(int).tolist(), (ox - h + P).astype(int).tolist(), 1 - cov, paint):
                 windows[j] = (y0, x0, c, pc, c < 0.5)
-    for b, k, (y0, x0, keep, pc, own) in zip(b_idx.tolist(), k_idx.tolist(), windows):   # "over", in drawing order
-        W = len(keep)
-        px = canvas[b, :, y0:y0 + W, x0:x0 + W]
+    bl, kl = b_idx.tolist(), k_idx.tolist()
+    for b, (y0, x0, keep, pc, own) in zip(bl, windows):                # "over", in drawing order
+        px = canvas[b, :, y0:y0 + len(keep), x0:x0 + len(keep)]
         px *= keep; px += pc
-        np.copyto(label[b, y0:y0 + W, x0:x0 + W], k + 1, where=own)
-    lab = label[:, P:P + S, P:P + S].astype(np.int32) + (np.arange(B, dtype=np.int32) * (O + 1))[:, None, None]
-    visible = np.bincount(lab.ravel(), minlength=B * (O + 1)).reshape(B, O + 1)[:, 1:]
+    visible = np.zeros((B, O), np.int64)
+    for j in range(len(windows) - 1, -1, -1):                        # top object first: each owns the pixels it covers
+        b, (y0, x0, keep, pc, own) = bl[j], windows[j]                # more than half and no later object took
+        taken = label[b, y0:y0 + len(keep), x0:x0 + len(keep)]
+        visible[b, kl[j]] = np.count_nonzero(own > taken)
+        taken |= own
     img = np.ascontiguousarray(canvas[:, :, P:P + S, P:P + S].astype(np.uint8).transpose(0, 2, 3, 1))
     return img, _bboxes(arr, S), visible
 
@@ -320,7 +323,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #eb21bae2
+# %% ../nbs/02_world.ipynb #b4feb1b6
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -375,7 +378,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #cf041d4e
+# %% ../nbs/02_world.ipynb #2f2768db
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -424,7 +427,7 @@ class LF(NamedTuple):
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #4951fe39
+# %% ../nbs/02_world.ipynb #50942503
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -439,7 +442,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #8f7f70bb
+# %% ../nbs/02_world.ipynb #abb80140
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -478,7 +481,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #1a9f8bd2
+# %% ../nbs/02_world.ipynb #47a9496b
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 
@@ -535,7 +538,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #9f984af4
+# %% ../nbs/02_world.ipynb #5917d142
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -622,7 +625,7 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
     if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #00585b06
+# %% ../nbs/02_world.ipynb #79c8ead3
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 
 def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | None = None) -> Desc:
@@ -697,7 +700,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #aeb5457d
+# %% ../nbs/02_world.ipynb #6e0b3f00
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -908,7 +911,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
     others = [a for a in space if a != answer]
     return [_pick(others, rng) if others and rng.random() < rate else answer for _ in range(10)]
 
-# %% ../nbs/02_world.ipynb #7e29c3a1
+# %% ../nbs/02_world.ipynb #f95794cb
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -964,7 +967,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #125f30b4
+# %% ../nbs/02_world.ipynb #112a35ee
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -1056,7 +1059,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
             scenes.append(t.scene); caps += c; qs += q; rels += r
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #51a8775e
+# %% ../nbs/02_world.ipynb #6aaa9a7a
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
