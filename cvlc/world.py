@@ -15,7 +15,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 
            'execute', 'question_text', 'sample_program', 'annotator_answers', 'Caption', 'World', 'annotate_image',
            'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #31ee68e2
+# %% ../nbs/02_world.ipynb #254183f3
 import collections, functools, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #8a299231
+# %% ../nbs/02_world.ipynb #cff119ea
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #2f555ed0
+# %% ../nbs/02_world.ipynb #f1304443
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #8c46ba6c
+# %% ../nbs/02_world.ipynb #152054b9
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -121,7 +121,7 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #bb001915
+# %% ../nbs/02_world.ipynb #a5dd3bd2
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
 _CANDIDATES = 64                         # candidate centres per object
@@ -205,7 +205,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #8392aee2
+# %% ../nbs/02_world.ipynb #b1f19996
 def _edge_planes(shape: str) -> np.ndarray:
     "Outward unit normals and offsets (k, 3) of a convex unit polygon's edges: inside iff n . p <= offset for all edges."
     v = UNIT[shape]; e = np.roll(v, -1, 0) - v
@@ -323,7 +323,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #e9b7acc3
+# %% ../nbs/02_world.ipynb #dedd5f29
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -378,7 +378,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #b6464a75
+# %% ../nbs/02_world.ipynb #428b0a67
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -427,7 +427,7 @@ class LF(NamedTuple):
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #009bbc5a
+# %% ../nbs/02_world.ipynb #d2fa58a5
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -442,7 +442,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #d36fe70a
+# %% ../nbs/02_world.ipynb #8a287fa6
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -481,7 +481,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #411cf454
+# %% ../nbs/02_world.ipynb #1672a6bc
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 
@@ -538,7 +538,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #9e3f111c
+# %% ../nbs/02_world.ipynb #d6806af5
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -625,7 +625,7 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
     if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #a54e38e0
+# %% ../nbs/02_world.ipynb #981606af
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 
 def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | None = None) -> Desc:
@@ -637,7 +637,8 @@ def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | Non
         if a != free: keep[a] = True
     return _DESC_OF[tuple(v if k else -1 for v, k in zip(code, keep))]
 
-_SUBSETS = [[s for s in itertools.combinations(range(4), r)] for r in range(1, 5)]
+_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
+_SUBSETS = [[s for s in _ATTR_SUBSETS if len(s) == r] for r in range(1, 5)]
 
 def unique_desc(truth: SceneTruth, k: int, rng, free: int | None = None) -> Desc | None:
     "A shortest description that fits object k and no other object (uniform among the shortest), never fixing `free`; None if none exists."
@@ -700,7 +701,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #46c69750
+# %% ../nbs/02_world.ipynb #732c8c94
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -831,8 +832,6 @@ def _answer_space(p: Program) -> list[str]:
     if p.family in ("count", "count_rel"): return _COUNTS
     return _ATTR_ANSWERS[p.attr]
 
-_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]
-
 def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, ok) -> list[Desc]:
     "Descriptions of object a (never fixing attribute `free`) whose relational filter is unambiguous and passes `ok(without, rel)`."
     out = []
@@ -911,7 +910,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
     others = [a for a in space if a != answer]
     return [_pick(others, rng) if others and rng.random() < rate else answer for _ in range(10)]
 
-# %% ../nbs/02_world.ipynb #48d0537f
+# %% ../nbs/02_world.ipynb #96fa5ec1
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -967,7 +966,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #73485b17
+# %% ../nbs/02_world.ipynb #5c030f5f
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -1059,7 +1058,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
             scenes.append(t.scene); caps += c; qs += q; rels += r
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #42f9f6b9
+# %% ../nbs/02_world.ipynb #0476d744
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
