@@ -76,8 +76,8 @@ class GeneratedWorld(_Generated):
     def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None): super().__init__(n, seed, config or WorldConfig())
     def __getitem__(self, i: int) -> dict:
         i = self._check(i)
-        images, truths = _scene_batch(self.seed, [i], self.cfg)
-        caps, _, _ = annotate_image(truths[0], self.cfg, _annotation_rng(self.seed, i), {"caption": 0, "question": 0}, _Balancer(), questions=False)
+        images, truths, _ = _scene_batch(self.seed, [i], self.cfg)
+        caps, _ = annotate_image(truths[0], self.cfg, _annotation_rng(self.seed, i), {"caption": 0, "question": 0}, _Balancer(), questions=False)
         return {"image": _image_tensor(images[0]), "captions": [c.text for c in caps if c.label == 1], "image_id": i}
 
 class RPMDataset(Dataset):

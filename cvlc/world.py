@@ -13,10 +13,10 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'FILLS', 'BACKGROUND', 
            'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix', 'SceneTruth', 'desc_words', 'Text', 'render_text',
            'caption_text', 'random_desc', 'unique_desc', 'true_captions', 'hard_negatives', 'Question', 'Program',
            'execute', 'question_text', 'sample_program', 'annotator_answers', 'Caption', 'World', 'annotate_image',
-           'make_world', 'sample_relations']
+           'relation_triplets', 'make_world', 'sample_relations']
 
-# %% ../nbs/02_world.ipynb #254183f3
-import collections, functools, itertools, json, math, os, hashlib, random, time
+# %% ../nbs/02_world.ipynb #c5984fd8
+import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #cff119ea
+# %% ../nbs/02_world.ipynb #0ab9975e
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -54,7 +54,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #f1304443
+# %% ../nbs/02_world.ipynb #0bd6cab6
 @dataclass
 class Obj:
     "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
@@ -87,7 +87,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #152054b9
+# %% ../nbs/02_world.ipynb #5f9580d0
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -121,7 +121,7 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #a5dd3bd2
+# %% ../nbs/02_world.ipynb #be1f95b9
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
 _CANDIDATES = 64                         # candidate centres per object
@@ -205,7 +205,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #b1f19996
+# %% ../nbs/02_world.ipynb #d7cc581e
 def _edge_planes(shape: str) -> np.ndarray:
     "Outward unit normals and offsets (k, 3) of a convex unit polygon's edges: inside iff n . p <= offset for all edges."
     v = UNIT[shape]; e = np.roll(v, -1, 0) - v
@@ -323,7 +323,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #dedd5f29
+# %% ../nbs/02_world.ipynb #e509463a
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -378,7 +378,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #428b0a67
+# %% ../nbs/02_world.ipynb #29c1225e
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -427,7 +427,7 @@ class LF(NamedTuple):
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #d2fa58a5
+# %% ../nbs/02_world.ipynb #24e9e56b
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -442,7 +442,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #8a287fa6
+# %% ../nbs/02_world.ipynb #fdfaf6d0
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -481,9 +481,17 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #1672a6bc
+# %% ../nbs/02_world.ipynb #9ad2487b
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
+_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
+_SUBSET_STEPS = [(_ATTR_SUBSETS.index(s[:-1]), s[-1]) for s in _ATTR_SUBSETS[1:]]    # each subset: a shorter one plus one attribute
+_WITHOUT = {f: [i for i, s in enumerate(_ATTR_SUBSETS) if f not in s] for f in (None, 0, 1, 2, 3)}   # subsets never fixing f
+
+@functools.lru_cache(maxsize=None)
+def _sub_desc(code: tuple[int, ...], i: int) -> "Desc":
+    "The description fixing the attributes of subset i of an object's code."
+    return _DESC_OF[tuple(v if a in _ATTR_SUBSETS[i] else -1 for a, v in enumerate(code))]
 
 def _subject_masks(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Per predicate and object b, the masks of subjects a with R[..., p, a, b] true and ambiguous: (..., P, O) int64."
@@ -503,6 +511,16 @@ class SceneTruth:
         t, amb = _subject_masks(self.R) if masks is None else masks
         self.true_in, self.amb_in = t.tolist(), amb.tolist()
         self._cache: dict = {}
+        self._subsets: list = [None] * self.n
+
+    def subset_masks(self, k: int) -> list[int]:
+        "Per attribute subset (`_ATTR_SUBSETS` order), the objects sharing object k's values on it: the masks of k's descriptions."
+        s = self._subsets[k]
+        if s is None:
+            om, s = self.obj_masks[k], [self.all]
+            for parent, a in _SUBSET_STEPS: s.append(s[parent] & om[a])
+            self._subsets[k] = s
+        return s
 
     @functools.cached_property
     def pairs(self) -> list[tuple[int, int, int]]:
@@ -538,7 +556,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #d6806af5
+# %% ../nbs/02_world.ipynb #537a9278
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -568,64 +586,68 @@ def _word_options(d: Desc, test: bool) -> tuple[tuple[tuple[str, ...], ...], ...
     return tuple(_options(v, test) for v in (d.size, d.fill, d.color) if v is not None) + \
            (_options(d.shape, test) if d.shape is not None else (("thing",), ("object",)),)
 
+@functools.lru_cache(maxsize=None)
+def _phrases(d: Desc, plural: bool = False, test: bool = False) -> tuple[str, ...]:
+    "Every wording of a description: adjectives then noun, each slot's synonyms combined (a uniform pick is a uniform draw per slot)."
+    out = []
+    for combo in itertools.product(*_word_options(d, test)):
+        words = [w for option in combo for w in option]
+        if plural: words[-1] += "es" if words[-1].endswith(("sh", "x", "s")) else "s"
+        out.append(" ".join(words))
+    return tuple(out)
+
 def desc_words(d: Desc, rng, plural: bool = False, test: bool = False) -> list[str]:
     "Adjectives then noun: size, fill, color, shape (or 'thing'/'object'); synonyms drawn at random."
-    words = []
-    for opts in _word_options(d, test): words += opts[int(rng.random() * len(opts))]
-    if plural: words[-1] += "es" if words[-1].endswith(("sh", "x", "s")) else "s"
-    return words
+    return _pick(_phrases(d, plural, test), rng).split(" ")
 
-def _article(words: list[str]) -> str: return "an" if words[0][0] in "aeiou" else "a"
+def _a(phrase: str) -> str: return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 @dataclass
 class Text:
-    "A rendered sentence: its tokens and, per noun phrase, (start, end) token span and the phrase's role ('d1', 'd2')."
-    tokens: list[str]
+    "A rendered sentence and, per noun phrase, its (start, end) token span (tokens split on spaces) and role ('d1', 'd2')."
+    text: str
     spans: list[tuple[int, int, str]]
 
     @property
-    def text(self) -> str: return " ".join(self.tokens)
+    def tokens(self) -> list[str]: return self.text.split(" ")
 
 @functools.lru_cache(maxsize=None)
-def _parse(template: str) -> tuple[tuple[str | None, str, str, str | None], ...]:
-    "Template parts: (slot or None, literal word, trailing punctuation, phrase role)."
-    out = []
+def _slots(template: str) -> tuple[tuple[int, str, str | None], ...]:
+    "Per {slot} of a template, in order: (literal tokens since the previous slot, slot name, phrase role or None)."
+    out, lit = [], 0
     for part in template.split(" "):
         if part.startswith("{") and "}" in part:                        # a slot, maybe followed by punctuation
-            key, rest = part[1:part.index("}")], part[part.index("}") + 1:]
+            key = part[1:part.index("}")]
             role = ("d" + next(ch for ch in key if ch.isdigit())) if key.lower().startswith("np") else None
-            out.append((key, "", rest, role))
-        else: out.append((None, part, "", None))
+            out.append((lit, key, role)); lit = 0
+        else: lit += 1
     return tuple(out)
 
-def render_text(template: str, slots: dict[str, list[str]]) -> Text:
-    "Fill a template whose slots are {name}; phrase slots (np1, np2, ...) record their token spans."
-    tokens, spans = [], []
-    for key, word, rest, role in _parse(template):
-        if key is None: tokens.append(word); continue
-        start = len(tokens)
-        tokens += slots[key]
-        if role: spans.append((start, len(tokens), role))
-        if rest: tokens[-1] += rest
-    return Text(tokens, spans)
+def render_text(template: str, slots: dict[str, str]) -> Text:
+    "Fill a template whose slots are {name} with phrases; phrase slots (np1, np2, ...) record their token spans."
+    pos, spans = 0, []
+    for lit, key, role in _slots(template):
+        start = pos + lit; pos = start + slots[key].count(" ") + 1
+        if role: spans.append((start, pos, role))
+    return Text(template.format_map(slots), spans)
 
 def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
     "A caption's text for a logical form, with a random (or given) template; returns the text and the template id."
     temps = CAPTION_TEMPLATES[lf.kind]
     t = int(rng.random() * len(temps)) if template is None else template
-    w1 = desc_words(lf.d1, rng, plural=lf.kind == "count" and lf.n != 1)
-    np1 = [_article(w1)] + w1
+    w1 = _pick(_phrases(lf.d1, lf.kind == "count" and lf.n != 1), rng)
+    np1 = _a(w1)
     slots = {"np1": np1, "NP1": np1, "np1s": w1}
-    if lf.kind == "count": slots["n"] = [NUMBER_WORDS[lf.n]] if lf.n <= 10 else [str(lf.n)]
-    if lf.kind == "rel":
-        w2 = desc_words(lf.d2, rng)
-        slots["np2"] = [_article(w2)] + w2
-        slots["p"] = _pick(PRED_WORDS[lf.pred], rng).split()
     tpl = temps[t]
-    if lf.kind == "count" and lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
+    if lf.kind == "count":
+        slots["n"] = NUMBER_WORDS[lf.n] if lf.n <= 10 else str(lf.n)
+        if lf.n == 1: tpl = tpl.replace("there are", "there is").replace("are shown", "is shown")
+    if lf.kind == "rel":
+        slots["np2"] = _a(_pick(_phrases(lf.d2), rng))
+        slots["p"] = _pick(PRED_WORDS[lf.pred], rng)
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #981606af
+# %% ../nbs/02_world.ipynb #84476173
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 
 def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | None = None) -> Desc:
@@ -637,22 +659,14 @@ def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | Non
         if a != free: keep[a] = True
     return _DESC_OF[tuple(v if k else -1 for v, k in zip(code, keep))]
 
-_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
-_SUBSETS = [[s for s in _ATTR_SUBSETS if len(s) == r] for r in range(1, 5)]
+_BY_LENGTH = {f: [[i for i in idx if len(_ATTR_SUBSETS[i]) == r] for r in range(1, 5)] for f, idx in _WITHOUT.items()}   # shortest first
 
 def unique_desc(truth: SceneTruth, k: int, rng, free: int | None = None) -> Desc | None:
     "A shortest description that fits object k and no other object (uniform among the shortest), never fixing `free`; None if none exists."
-    om, code = truth.obj_masks[k], truth.codes[k]
-    for subsets in _SUBSETS:
-        ok = []
-        for sub in subsets:
-            if free in sub: continue
-            m = truth.all
-            for a in sub: m &= om[a]
-            if m == 1 << k: ok.append(sub)
-        if ok:
-            sub = _pick(ok, rng)
-            return _DESC_OF[tuple(code[a] if a in sub else -1 for a in range(4))]
+    masks, one = truth.subset_masks(k), 1 << k
+    for idx in _BY_LENGTH[free]:
+        ok = [i for i in idx if masks[i] == one]
+        if ok: return _sub_desc(truth.codes[k], _pick(ok, rng))
     return None
 
 def true_captions(truth: SceneTruth, rng, n: int) -> list[LF]:
@@ -701,7 +715,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #732c8c94
+# %% ../nbs/02_world.ipynb #3c6c301d
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -805,23 +819,23 @@ def _degenerate(p: Program, truth: SceneTruth) -> bool:
     return without == truth.related(without, p.pred, ref)[0]
 
 @functools.lru_cache(maxsize=None)
-def _slot_keys(template: str) -> frozenset: return frozenset(k for k, *_ in _parse(template) if k)
+def _slot_keys(template: str) -> frozenset: return frozenset(k for _, k, _ in _slots(template))
 
 def question_text(program: "Program | dict", template_id: int, rng) -> Text:
     "The question's words in one of its family's 8 wordings (held-out wordings may use test-only synonyms)."
     p = program if isinstance(program, Program) else Program.from_dict(program)
     tpl, test = QUESTION_TEMPLATES[p.family][template_id], template_id >= TRAIN_TEMPLATES
     keys = _slot_keys(tpl)
-    w1 = desc_words(p.d1, rng, test=test)
-    slots = {"np1x": w1, "np1": [_article(w1)] + w1}
+    w1 = _pick(_phrases(p.d1, False, test), rng)
+    slots = {"np1x": w1, "np1": _a(w1)}
     slots["np1a"] = slots["np1"]
-    if "np1s" in keys: slots["np1s"] = desc_words(p.d1, rng, plural=True, test=test)
+    if "np1s" in keys: slots["np1s"] = _pick(_phrases(p.d1, True, test), rng)
     if p.d2 is not None:
-        w2 = desc_words(p.d2, rng, test=test)
-        slots.update(np2x=w2, np2=[_article(w2)] + w2)
-        if "np2s" in keys: slots["np2s"] = desc_words(p.d2, rng, plural=True, test=test)
-    if p.pred: slots["p"] = _pick(PRED_WORDS[p.pred], rng).split()
-    if p.attr: slots["attr"] = ATTR_WORDS[p.attr].split()
+        w2 = _pick(_phrases(p.d2, False, test), rng)
+        slots.update(np2x=w2, np2=_a(w2))
+        if "np2s" in keys: slots["np2s"] = _pick(_phrases(p.d2, True, test), rng)
+    if p.pred: slots["p"] = _pick(PRED_WORDS[p.pred], rng)
+    if p.attr: slots["attr"] = ATTR_WORDS[p.attr]
     return render_text(tpl, slots)
 
 _YES_NO, _COUNTS = ["yes", "no"], [str(i) for i in range(11)]
@@ -832,15 +846,15 @@ def _answer_space(p: Program) -> list[str]:
     if p.family in ("count", "count_rel"): return _COUNTS
     return _ATTR_ANSWERS[p.attr]
 
-def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, ok) -> list[Desc]:
-    "Descriptions of object a (never fixing attribute `free`) whose relational filter is unambiguous and passes `ok(without, rel)`."
+def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, ok) -> list[tuple[int, int, int]]:
+    """Descriptions of object a (attribute subsets never fixing `free`) whose relational filter is unambiguous and passes
+    `ok(candidates, related)`: (subset index, candidate mask, related mask) each."""
+    p, drop = _PRED_INDEX[pred], ~(1 << ref)
+    t_in, a_in, masks = truth.true_in[p][ref], truth.amb_in[p][ref], truth.subset_masks(a)
     out = []
-    for sub in _ATTR_SUBSETS:
-        if free in sub: continue
-        m = truth.all & ~(1 << ref)
-        for x in sub: m &= truth.obj_masks[a][x]
-        rel, amb = truth.related(m, pred, ref)
-        if not amb and ok(m, rel): out.append(_DESC_OF[tuple(truth.codes[a][x] if x in sub else -1 for x in range(4))])
+    for i in _WITHOUT[free]:
+        m = masks[i] & drop
+        if not m & a_in and ok(m, m & t_in): out.append((i, m, m & t_in))
     return out
 
 def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], bool] | None = None) -> Program | None:
@@ -878,16 +892,16 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
         if family == "query_rel":                                  # the relation alone picks the subject out
             attr = int(rng.random() * 4)
             ds = _subject_descs(truth, a, pred, j, attr, lambda m, rel: rel == 1 << a and m.bit_count() > 1)
-            prog = Program(family, _pick(ds, rng), d2, pred, ATTRS[attr]) if ds else None
+            prog = Program(family, _sub_desc(codes[a], _pick(ds, rng)[0]), d2, pred, ATTRS[attr]) if ds else None
         else:                                                      # the answer drawn uniformly among those possible
             if rng.random() < 0.5: a = _pick([x for x in range(n) if x != j], rng)   # a subject that may not stand in the relation
             ds = _subject_descs(truth, a, pred, j, None, lambda m, rel: m != rel)
-            if family == "exist_rel": ds = [("yes" if truth.related(truth.mask(d), pred, j)[0] else "no", d) for d in ds]
-            else: ds = [(str(truth.related(truth.mask(d), pred, j)[0].bit_count()), d) for d in ds]
+            answer = (lambda rel: "yes" if rel else "no") if family == "exist_rel" else (lambda rel: str(rel.bit_count()))
+            ds = [(answer(rel), i) for i, _, rel in ds]
             answers = sorted({x for x, _ in ds if allow(x)})
             if answers:
                 ans = _pick(answers, rng)
-                prog = Program(family, _pick([d for x, d in ds if x == ans], rng), d2, pred)
+                prog = Program(family, _sub_desc(codes[a], _pick([i for x, i in ds if x == ans], rng)), d2, pred)
             else: prog = None
         if prog is None: return None
     elif family == "compare_count":
@@ -905,12 +919,24 @@ def _grounding(spans: list[tuple[int, int, str]], descs: dict[str, Desc | None],
     "Token span of each noun phrase and the objects it names."
     return [(s, e, list(_BITS[truth.mask(descs[role])])) for s, e, role in spans if descs.get(role) is not None]
 
-def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[str]:
-    "10 annotator answers: the true answer, each replaced by another valid one with probability `rate`."
-    others = [a for a in space if a != answer]
-    return [_pick(others, rng) if others and rng.random() < rate else answer for _ in range(10)]
+@functools.lru_cache(maxsize=None)
+def _dissent_cdf(rate: float, n: int = 10) -> tuple[float, ...]:
+    "Cumulative Binomial(n, rate): how many of n annotators answer something else."
+    return tuple(itertools.accumulate(math.comb(n, k) * rate ** k * (1 - rate) ** (n - k) for k in range(n + 1)))
 
-# %% ../nbs/02_world.ipynb #96fa5ec1
+def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[str]:
+    """10 annotator answers: each annotator gives another valid answer with probability `rate`, independently
+    (drawn as the number of dissenters, then which annotators: one draw when all agree)."""
+    out, others = [answer] * 10, [a for a in space if a != answer]
+    if not others: return out
+    seats = list(range(10))
+    for i in range(min(10, bisect.bisect(_dissent_cdf(rate), rng.random()))):   # a partial shuffle picks the dissenters
+        j = i + int(rng.random() * (10 - i))
+        seats[i], seats[j] = seats[j], seats[i]
+        out[seats[i]] = _pick(others, rng)
+    return out
+
+# %% ../nbs/02_world.ipynb #f0dc280e
 @dataclass
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -966,7 +992,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #5c030f5f
+# %% ../nbs/02_world.ipynb #db1ee33f
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -988,7 +1014,7 @@ def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int
     return Caption(cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, {"d1": lf.d1, "d2": lf.d2}, truth))
 
 def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer: _Balancer, questions: bool = True):
-    "Captions (true and hard negatives), questions with their evaluation groups, and true relation triplets of one scene."
+    "Captions (true and hard negatives) and questions with their evaluation groups of one scene."
     sid = truth.scene.image_id
     caps, qs = [], []
     for lf in true_captions(truth, rng, cfg.captions_per_image):
@@ -1015,15 +1041,21 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
                                annotator_answers(ans, space, cfg.annotator_disagreement, rng), _grounding(text.spans, descs, truth),
                                "train" if w < TRAIN_TEMPLATES else "eval"))
             ids["question"] += 1
-    rels = [(sid, a, PREDICATES[p], b) for p, a, b in np.argwhere(truth.R == 1).tolist()]
-    return caps, qs, rels
+    return caps, qs
+
+_PRED_NAMES = np.array(PREDICATES, object)
+
+def relation_triplets(R: np.ndarray, image_ids: Sequence[int]) -> list[tuple[int, int, str, int]]:
+    "Every true (image, subject, predicate, object) triplet of a batch of relation tensors R (B, P, O, O), image by image."
+    b, p, a, o = np.nonzero(R == 1)
+    return list(zip(np.asarray(image_ids)[b].tolist(), a.tolist(), _PRED_NAMES[p].tolist(), o.tolist()))
 
 def _annotation_rng(seed: int, image_id: int) -> random.Random:
     "Image i's annotation stream: Python's Mersenne Twister seeded by (seed, i) (only `.random()` is used: stable across versions)."
     return random.Random((seed << 32) | image_id)
 
-def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.ndarray, list[SceneTruth]]:
-    "Images and scene truths of images `ids`, sampled, rendered and related as one batch."
+def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.ndarray, list[SceneTruth], list]:
+    "Images, scene truths and true relation triplets of images `ids`, sampled, rendered and related as one batch."
     arr = sample_scene_arrays([np.random.default_rng([seed, i]) for i in ids], cfg)
     images, box, vis = render_arrays(arr, cfg.size)
     scenes = _scenes(arr, ids, cfg.size)
@@ -1034,7 +1066,16 @@ def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.nd
         n = len(s.objects)
         for k, o in enumerate(s.objects): o.bbox, o.visible = box[b, k].tolist(), int(vis[b, k])
         truths.append(SceneTruth(s, R[b, :, :n, :n], (t_in[b, :, :n], a_in[b, :, :n])))
-    return images, truths
+    return images, truths, relation_triplets(R, ids)
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector: generation makes millions of small objects without cycles, and
+    each collection would walk all of them again (a third of the time of a large world)."""
+    enabled = gc.isenabled(); gc.disable()
+    try: yield
+    finally:
+        if enabled: gc.enable()
 
 def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, progress: bool | None = None,
                batch: int = 256, **kw) -> World:
@@ -1050,15 +1091,17 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
     if progress or (progress is None and n_images >= 5000):   # a progress bar on large sets
         from fastprogress.fastprogress import progress_bar
         starts = progress_bar(starts)
-    for start in starts:
-        block = range(start, min(n_images, start + batch))
-        images[block.start:block.stop], truths = _scene_batch(seed, block, cfg)
-        for i, t in zip(block, truths):
-            c, q, r = annotate_image(t, cfg, _annotation_rng(seed, i), ids, bal)
-            scenes.append(t.scene); caps += c; qs += q; rels += r
+    with _gc_paused():
+        for start in starts:
+            block = range(start, min(n_images, start + batch))
+            images[block.start:block.stop], truths, r = _scene_batch(seed, block, cfg)
+            rels += r
+            for i, t in zip(block, truths):
+                c, q = annotate_image(t, cfg, _annotation_rng(seed, i), ids, bal)
+                scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #0476d744
+# %% ../nbs/02_world.ipynb #5a467ac6
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
