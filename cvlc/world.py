@@ -16,7 +16,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'relation_triplets', 'make_world',
            'sample_relations']
 
-# %% ../nbs/02_world.ipynb #161f4cdb
+# %% ../nbs/02_world.ipynb #7c22bc68
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #bc2fbf9f
+# %% ../nbs/02_world.ipynb #dc0b8287
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -56,7 +56,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #7489ace6
+# %% ../nbs/02_world.ipynb #587b3656
 @dataclass(slots=True)
 class Obj:
 
@@ -90,7 +90,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #feef8268
+# %% ../nbs/02_world.ipynb #52f6656a
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -124,7 +124,7 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #777be323
+# %% ../nbs/02_world.ipynb #c6159cfa
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
 _CANDIDATES = 64                         # candidate centres per object
@@ -208,7 +208,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #fe1e0843
+# %% ../nbs/02_world.ipynb #13d254d1
 def _planes(shape: str) -> np.ndarray:
     """Rows (nx, ny, offset) of a unit shape's edge planes (inside iff n . p <= offset): a convex polygon's edges;
     for the star, each tip's two edges in turn, then the five tip directions (offset 0)."""
@@ -337,7 +337,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #d3bb4b2a
+# %% ../nbs/02_world.ipynb #2035f611
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -392,7 +392,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #0f94e395
+# %% ../nbs/02_world.ipynb #a5431dfd
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -441,7 +441,7 @@ class LF(NamedTuple):
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #c0bf88f8
+# %% ../nbs/02_world.ipynb #b8dd6525
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -456,7 +456,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #0381adac
+# %% ../nbs/02_world.ipynb #05247763
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -495,7 +495,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #edaee801
+# %% ../nbs/02_world.ipynb #f430eda6
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 _ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
@@ -570,7 +570,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #921c20a2
+# %% ../nbs/02_world.ipynb #de1386cb
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -666,7 +666,7 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
         slots["p"] = _pick(PRED_WORDS[lf.pred], rng)
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #0522f093
+# %% ../nbs/02_world.ipynb #9662a7fb
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 _ANY = (-1, -1, -1, -1)                  # the code of "a thing"
 
@@ -740,7 +740,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #6961c95e
+# %% ../nbs/02_world.ipynb #a79ca287
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -844,21 +844,26 @@ def _degenerate(p: Program, truth: SceneTruth) -> bool:
     return without == truth.related(without, p.pred, ref)[0]
 
 @functools.lru_cache(maxsize=None)
-def _slot_keys(template: str) -> frozenset: return frozenset(k for _, k, _ in _slots(template))
+def _needs(template: str) -> tuple[bool, bool, bool, bool]:
+    "Which phrases a template uses: first description singular, plural; second singular, plural."
+    keys = {k for _, k, _ in _slots(template)}
+    return bool(keys & {"np1", "np1x", "np1a"}), "np1s" in keys, bool(keys & {"np2", "np2x"}), "np2s" in keys
 
 def question_text(program: "Program | dict", template_id: int, rng) -> Text:
     "The question's words in one of its family's 8 wordings (held-out wordings may use test-only synonyms)."
     p = program if isinstance(program, Program) else Program.from_dict(program)
     tpl, test = QUESTION_TEMPLATES[p.family][template_id], template_id >= TRAIN_TEMPLATES
-    keys = _slot_keys(tpl)
-    w1 = _pick(_phrases(p.d1, False, test), rng)
-    slots = {"np1x": w1, "np1": _a(w1)}
-    slots["np1a"] = slots["np1"]
-    if "np1s" in keys: slots["np1s"] = _pick(_phrases(p.d1, True, test), rng)
-    if p.d2 is not None:
+    one, many, one2, many2 = _needs(tpl)
+    slots = {}
+    if one:
+        w1 = _pick(_phrases(p.d1, False, test), rng)
+        slots["np1x"], slots["np1"] = w1, _a(w1)
+        slots["np1a"] = slots["np1"]
+    if many: slots["np1s"] = _pick(_phrases(p.d1, True, test), rng)
+    if one2:
         w2 = _pick(_phrases(p.d2, False, test), rng)
-        slots.update(np2x=w2, np2=_a(w2))
-        if "np2s" in keys: slots["np2s"] = _pick(_phrases(p.d2, True, test), rng)
+        slots["np2x"], slots["np2"] = w2, _a(w2)
+    if many2: slots["np2s"] = _pick(_phrases(p.d2, True, test), rng)
     if p.pred: slots["p"] = _pick(PRED_WORDS[p.pred], rng)
     if p.attr: slots["attr"] = ATTR_WORDS[p.attr]
     return render_text(tpl, slots)
@@ -970,7 +975,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
         out[seats[i]] = _pick(others, rng)
     return out
 
-# %% ../nbs/02_world.ipynb #dc22188b
+# %% ../nbs/02_world.ipynb #a8284c21
 @dataclass(slots=True)
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -1026,7 +1031,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #51548ece
+# %% ../nbs/02_world.ipynb #2bcf000f
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -1147,7 +1152,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
                 scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #493c133b
+# %% ../nbs/02_world.ipynb #7756ef3b
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
