@@ -16,7 +16,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'relation_triplets', 'make_world',
            'sample_relations']
 
-# %% ../nbs/02_world.ipynb #39cf9612
+# %% ../nbs/02_world.ipynb #e2d61ef1
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #f1526f6b
+# %% ../nbs/02_world.ipynb #67834fa1
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -56,7 +56,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #60f45440
+# %% ../nbs/02_world.ipynb #e9ddee2d
 @dataclass(slots=True)
 class Obj:
 
@@ -90,7 +90,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #f1744303
+# %% ../nbs/02_world.ipynb #0a2de172
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -124,8 +124,9 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #90b74d47
+# %% ../nbs/02_world.ipynb #47ff19c8
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
+_N_VALUES = tuple(len(VALUES[a]) for a in ATTRS)     # the same as Python ints, for the per-question code
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
 _CANDIDATES = 64                         # candidate centres per object
 
@@ -208,7 +209,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #d573c5d7
+# %% ../nbs/02_world.ipynb #8b0fed2c
 def _planes(shape: str) -> np.ndarray:
     """Rows (nx, ny, offset) of a unit shape's edge planes (inside iff n . p <= offset): a convex polygon's edges;
     for the star, each tip's two edges in turn, then the five tip directions (offset 0)."""
@@ -337,7 +338,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #3f429587
+# %% ../nbs/02_world.ipynb #d0cb80dc
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -392,7 +393,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #a3a8b245
+# %% ../nbs/02_world.ipynb #ecdb5e61
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -441,7 +442,7 @@ class LF(NamedTuple):
     def from_dict(cls, d: dict) -> "LF":
         return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #61be7815
+# %% ../nbs/02_world.ipynb #11468147
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -456,7 +457,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #74bc4797
+# %% ../nbs/02_world.ipynb #85ff238d
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -495,7 +496,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #8a781f8b
+# %% ../nbs/02_world.ipynb #4fa645a5
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 _ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
@@ -570,7 +571,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #0c5842cc
+# %% ../nbs/02_world.ipynb #a89bd27f
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -621,8 +622,7 @@ def desc_words(d: Desc, rng, plural: bool = False, test: bool = False) -> list[s
 
 def _a(phrase: str) -> str: return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
-@dataclass
-class Text:
+class Text(NamedTuple):
     "A rendered sentence and, per noun phrase, its (start, end) token span (tokens split on spaces) and role ('d1', 'd2')."
     text: str
     spans: list[tuple[int, int, str]]
@@ -654,7 +654,8 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
     "A caption's text for a logical form, with a random (or given) template; returns the text and the template id."
     temps = CAPTION_TEMPLATES[lf.kind]
     t = int(rng.random() * len(temps)) if template is None else template
-    w1 = _pick(_phrases(lf.d1, lf.kind == "count" and lf.n != 1), rng)
+    ph = _phrases(lf.d1, lf.kind == "count" and lf.n != 1)
+    w1 = ph[int(rng.random() * len(ph))]
     np1 = _a(w1)
     slots = {"np1": np1, "NP1": np1, "np1s": w1}
     tpl = temps[t]
@@ -666,7 +667,7 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
         slots["p"] = _pick(PRED_WORDS[lf.pred], rng)
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #915485b0
+# %% ../nbs/02_world.ipynb #40f933cc
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 _ANY = (-1, -1, -1, -1)                  # the code of "a thing"
 
@@ -716,11 +717,12 @@ EDITS = ("attribute", "predicate", "swap", "count")
 def _edit(lf: LF, e: str, rng) -> LF:
     "One random minimal edit of type e."
     if e == "attribute":
-        slots = [(w, a) for w, d in (("d1", lf.d1), ("d2", lf.d2)) if d is not None for a, v in enumerate(d.code) if v >= 0]
+        slots = [(w, a) for w, d in ((0, lf.d1), (1, lf.d2)) if d is not None for a, v in enumerate(d.code) if v >= 0]
         w, a = _pick(slots, rng)
-        code, k = list(getattr(lf, w).code), len(VALUES[ATTRS[a]])
+        code, k = list((lf.d1, lf.d2)[w].code), _N_VALUES[a]
         code[a] = (code[a] + 1 + int(rng.random() * (k - 1))) % k                    # another value
-        return lf._replace(**{w: _DESC_OF[tuple(code)]})
+        d = _DESC_OF[tuple(code)]
+        return LF(lf.kind, d, lf.pred, lf.d2, lf.n) if w == 0 else LF(lf.kind, lf.d1, lf.pred, d, lf.n)
     if e == "predicate": return LF("rel", lf.d1, OPPOSITE[lf.pred], lf.d2)
     if e == "swap": return LF("rel", lf.d2, lf.pred, lf.d1)
     return LF("count", lf.d1, n=max(0, lf.n + (1 if lf.n == 0 or rng.random() < 0.5 else -1)))
@@ -740,7 +742,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #442b7a31
+# %% ../nbs/02_world.ipynb #70d7d4a0
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -847,15 +849,16 @@ def question_text(program: "Program | dict", template_id: int, rng) -> Text:
     tpl, test = QUESTION_TEMPLATES[p.family][template_id], template_id >= TRAIN_TEMPLATES
     one, many, one2, many2 = _needs(tpl)
     slots = {}
+    r = rng.random
     if one:
-        w1 = _pick(_phrases(p.d1, False, test), rng)
+        ph = _phrases(p.d1, False, test); w1 = ph[int(r() * len(ph))]
         slots["np1x"], slots["np1"] = w1, _a(w1)
         slots["np1a"] = slots["np1"]
-    if many: slots["np1s"] = _pick(_phrases(p.d1, True, test), rng)
+    if many: ph = _phrases(p.d1, True, test); slots["np1s"] = ph[int(r() * len(ph))]
     if one2:
-        w2 = _pick(_phrases(p.d2, False, test), rng)
+        ph = _phrases(p.d2, False, test); w2 = ph[int(r() * len(ph))]
         slots["np2x"], slots["np2"] = w2, _a(w2)
-    if many2: slots["np2s"] = _pick(_phrases(p.d2, True, test), rng)
+    if many2: ph = _phrases(p.d2, True, test); slots["np2s"] = ph[int(r() * len(ph))]
     if p.pred: slots["p"] = _pick(PRED_WORDS[p.pred], rng)
     if p.attr: slots["attr"] = ATTR_WORDS[p.attr]
     return render_text(tpl, slots)
@@ -868,15 +871,18 @@ def _answer_space(p: Program) -> list[str]:
     if p.family in ("count", "count_rel"): return _COUNTS
     return _ATTR_ANSWERS[p.attr]
 
-def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, ok) -> list[tuple[int, int, int]]:
-    """Descriptions of object a (attribute subsets never fixing `free`) whose relational filter is unambiguous and passes
-    `ok(candidates, related)`: (subset index, candidate mask, related mask) each."""
-    p, drop = _PRED_INDEX[pred], ~(1 << ref)
+def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, unique: bool) -> list[tuple[int, int]]:
+    """Descriptions of object a (attribute subsets never fixing `free`) whose relational filter is unambiguous and not
+    degenerate: with `unique`, the relation alone picks out a (the description fits more); else the relation filters
+    some candidates out. (subset index, related mask) each."""
+    p, drop, one = _PRED_INDEX[pred], ~(1 << ref), 1 << a
     t_in, a_in, masks = truth.true_in[p][ref], truth.amb_in[p][ref], truth.subset_masks(a)
     out = []
     for i in _WITHOUT[free]:
         m = masks[i] & drop
-        if not m & a_in and ok(m, m & t_in): out.append((i, m, m & t_in))
+        if m & a_in: continue
+        rel = m & t_in
+        if (rel == one and m != one) if unique else rel != m: out.append((i, rel))
     return out
 
 def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], bool] | None = None) -> Program | None:
@@ -884,7 +890,7 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
     allow = allow or (lambda ans: True)
     n, codes = truth.n, truth.codes
     if family == "exist":                                          # half the time a description of a present object
-        code = _pick(codes, rng) if rng.random() < 0.5 else tuple(int(rng.random() * k) for k in _NV)
+        code = _pick(codes, rng) if rng.random() < 0.5 else tuple(int(rng.random() * k) for k in _N_VALUES)
         prog = Program(family, random_desc(code, rng, 1))
     elif family == "count":                                        # the count drawn uniformly among those the scene offers
         i = 1 + int(rng.random() * (len(_ATTR_SUBSETS) - 1))       # the attributes the description fixes
@@ -894,7 +900,7 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
         c = _pick(counts, rng)
         if c: d = _sub_desc(codes[_pick([k for k in range(n) if size[k] == c], rng)], i)   # uniform among the value groups of that size
         else:
-            d = _sub_desc(tuple(int(rng.random() * k) for k in _NV), i)
+            d = _sub_desc(tuple(int(rng.random() * k) for k in _N_VALUES), i)
             if truth.mask(d): return None
         prog = Program(family, d)
     elif family in ("query", "same_attr"):
@@ -916,13 +922,12 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
         if d2 is None: return None
         if family == "query_rel":                                  # the relation alone picks the subject out
             attr = int(rng.random() * 4)
-            ds = _subject_descs(truth, a, pred, j, attr, lambda m, rel: rel == 1 << a and m.bit_count() > 1)   # not degenerate: the description alone fits more
+            ds = _subject_descs(truth, a, pred, j, attr, True)
             prog = Program(family, _sub_desc(codes[a], _pick(ds, rng)[0]), d2, pred, ATTRS[attr]) if ds else None
         else:                                                      # the answer drawn uniformly among those possible
             if rng.random() < 0.5: a = _pick([x for x in range(n) if x != j], rng)   # a subject that may not stand in the relation
-            ds = _subject_descs(truth, a, pred, j, None, lambda m, rel: m != rel)   # not degenerate: the relation filters some out
-            answer = (lambda rel: "yes" if rel else "no") if family == "exist_rel" else (lambda rel: str(rel.bit_count()))
-            ds = [(answer(rel), i) for i, _, rel in ds]
+            ds = _subject_descs(truth, a, pred, j, None, False)
+            ds = [("yes" if rel else "no", i) for i, rel in ds] if family == "exist_rel" else [(_COUNTS[rel.bit_count()], i) for i, rel in ds]
             answers = sorted(x for x in {x for x, _ in ds} if allow(x))
             if answers:
                 ans = _pick(answers, rng)
@@ -968,7 +973,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
         out[seats[i]] = _pick(others, rng)
     return out
 
-# %% ../nbs/02_world.ipynb #643c87ee
+# %% ../nbs/02_world.ipynb #6ce40ac5
 @dataclass(slots=True)
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -1024,7 +1029,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #5c139647
+# %% ../nbs/02_world.ipynb #b99667d6
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -1145,7 +1150,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
                 scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #bc6b5fff
+# %% ../nbs/02_world.ipynb #95060284
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
