@@ -16,7 +16,7 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'relation_triplets', 'make_world',
            'sample_relations']
 
-# %% ../nbs/02_world.ipynb #700852fb
+# %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-# %% ../nbs/02_world.ipynb #7fceeab9
+# %% ../nbs/02_world.ipynb #93a69df0
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
 RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "yellow": (240, 220, 60),
@@ -56,7 +56,7 @@ UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
 CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
 
-# %% ../nbs/02_world.ipynb #7fc68a5e
+# %% ../nbs/02_world.ipynb #a40242f2
 @dataclass(slots=True)
 class Obj:
 
@@ -90,7 +90,7 @@ class Scene:
     def from_dict(cls, d: dict) -> "Scene":
         return cls(d["image_id"], [Obj(**o) for o in d["objects"]], d.get("size", 64))
 
-# %% ../nbs/02_world.ipynb #82545744
+# %% ../nbs/02_world.ipynb #3a844fc1
 @dataclass
 class WorldConfig:
     "Generation settings of the shapes world."
@@ -124,7 +124,7 @@ class WorldConfig:
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
-# %% ../nbs/02_world.ipynb #a0231b2a
+# %% ../nbs/02_world.ipynb #b2fa46a2
 _NV = np.array([len(VALUES[a]) for a in ATTRS])
 _N_VALUES = tuple(len(VALUES[a]) for a in ATTRS)     # the same as Python ints, for the per-question code
 _CIRC = np.array([CIRCUM[s] for s in SHAPES]); _RAD = np.array([RADIUS[s] for s in SIZES])
@@ -209,7 +209,7 @@ def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> S
     "One scene from one random stream (the same scene the batched sampler makes from that stream)."
     return _scenes(sample_scene_arrays([rng], cfg), [image_id], cfg.size)[0]
 
-# %% ../nbs/02_world.ipynb #b0436131
+# %% ../nbs/02_world.ipynb #fe95a958
 def _planes(shape: str) -> np.ndarray:
     """Rows (nx, ny, offset) of a unit shape's edge planes (inside iff n . p <= offset): a convex polygon's edges;
     for the star, each tip's two edges in turn, then the five tip directions (offset 0)."""
@@ -338,7 +338,7 @@ def render_scene(scene: Scene) -> np.ndarray:
     "The scene as an (H, W, 3) uint8 image; fills in each object's `bbox` and `visible` pixel count."
     return render_scenes([scene])[0]
 
-# %% ../nbs/02_world.ipynb #f262e1c5
+# %% ../nbs/02_world.ipynb #78408446
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as")
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
@@ -393,7 +393,7 @@ def relation_truth(scene: Scene) -> np.ndarray:
     a, xy, v = scene_arrays([scene], len(scene.objects))
     return relation_truth_arrays(xy, a, v)[0]
 
-# %% ../nbs/02_world.ipynb #076b0869
+# %% ../nbs/02_world.ipynb #ed6092be
 @dataclass(frozen=True)
 class Desc:
     "A (partial) object description; None means any value."
@@ -416,8 +416,6 @@ class Desc:
 
     def as_dict(self) -> dict: return {"shape": self.shape, "color": self.color, "size": self.size, "fill": self.fill}
 
-    def specificity(self) -> int: return sum(getattr(self, a) is not None for a in ATTRS)
-
     def generalizes(self, other: "Desc") -> bool:
         "Every object fitting `other` fits self."
         return all(getattr(self, a) is None or getattr(self, a) == getattr(other, a) for a in ATTRS)
@@ -426,6 +424,10 @@ class Desc:
 
 _DESC_OF = {c: Desc(*(None if v < 0 else VALUES[a][v] for a, v in zip(ATTRS, c)))
             for c in itertools.product(*(range(-1, len(VALUES[a])) for a in ATTRS))}
+
+def _desc(d: dict | None) -> Desc | None:
+    "The shared description of a dict from `Desc.as_dict` (None stays None)."
+    return None if d is None else _DESC_OF[tuple(-1 if d.get(a) is None else _INDEX[a][d[a]] for a in ATTRS)]
 
 class LF(NamedTuple):
     "A caption's logical form: kind 'exist' | 'count' | 'rel' (a named tuple: hashable, cheap to build)."
@@ -436,13 +438,13 @@ class LF(NamedTuple):
     n: int | None = None
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "d1": asdict(self.d1), "pred": self.pred, "d2": None if self.d2 is None else asdict(self.d2), "n": self.n}
+        return {"kind": self.kind, "d1": self.d1.as_dict(), "pred": self.pred, "d2": None if self.d2 is None else self.d2.as_dict(), "n": self.n}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LF":
-        return cls(d["kind"], Desc(**d["d1"]), d.get("pred"), None if d.get("d2") is None else Desc(**d["d2"]), d.get("n"))
+        return cls(d["kind"], _desc(d["d1"]), d.get("pred"), _desc(d.get("d2")), d.get("n"))
 
-# %% ../nbs/02_world.ipynb #1b394881
+# %% ../nbs/02_world.ipynb #8e290ac1
 def entails(a: LF, b: LF) -> bool:
     "Whether caption `a` being true makes caption `b` true in every scene."
     if a == b: return True
@@ -457,7 +459,7 @@ def entails(a: LF, b: LF) -> bool:
     if b.kind == "count" and a.kind == "count": return a.d1 == b.d1 and a.n == b.n
     return False
 
-# %% ../nbs/02_world.ipynb #7a848f2f
+# %% ../nbs/02_world.ipynb #181cf2a1
 def _fit(codes: np.ndarray, attrs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     "codes (C, 4) against attrs (N, O, 4) -> (N, C, O) bool."
     ok = (codes[None, :, None, :] < 0) | (codes[None, :, None, :] == attrs[:, None, :, :])
@@ -496,7 +498,7 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
         out[:, s:s + chunk] = res
     return out
 
-# %% ../nbs/02_world.ipynb #ef898954
+# %% ../nbs/02_world.ipynb #0fdd6114
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
 _ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
@@ -571,7 +573,7 @@ class SceneTruth:
             amb = amb or bool(self.amb_in[p][b] & m1)
         return -1 if amb else 0
 
-# %% ../nbs/02_world.ipynb #2b3059c4
+# %% ../nbs/02_world.ipynb #2ac14992
 SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
             "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
             "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
@@ -595,7 +597,6 @@ def _pick(seq: Sequence, rng) -> Any:
 def _options(w: str, test: bool) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(o.split()) for o in SYNONYMS.get(w, [w]) + (TEST_SYNONYMS.get(w, []) if test else []))
 
-@functools.lru_cache(maxsize=None)
 def _word_options(d: Desc, test: bool) -> tuple[tuple[tuple[str, ...], ...], ...]:
     "Per word slot of a description (size, fill, color, noun), its wording options."
     return tuple(_options(v, test) for v in (d.size, d.fill, d.color) if v is not None) + \
@@ -667,7 +668,7 @@ def caption_text(lf: LF, rng, template: int | None = None) -> tuple[Text, int]:
         slots["p"] = _pick(PRED_WORDS[lf.pred], rng)
     return render_text(tpl, slots), t
 
-# %% ../nbs/02_world.ipynb #1c59fe09
+# %% ../nbs/02_world.ipynb #a8e2029d
 _KEEP = (0.8, 0.45, 0.45, 0.45)          # chance that a random description fixes shape, colour, size, fill
 _ANY = (-1, -1, -1, -1)                  # the code of "a thing"
 
@@ -742,7 +743,7 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
         if c not in seen and truth(c) == 0: out.append((c, e)); seen.add(c)
     return out
 
-# %% ../nbs/02_world.ipynb #b3294023
+# %% ../nbs/02_world.ipynb #04092f31
 QUESTION_TEMPLATES = {
     "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
               "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
@@ -806,9 +807,6 @@ class Program(NamedTuple):
     @classmethod
     def from_dict(cls, d: dict) -> "Program":
         return cls(d["family"], _desc(d["d1"]), _desc(d.get("d2")), d.get("pred"), d.get("attr"))
-
-def _desc(d: dict | None) -> Desc | None:
-    return None if d is None else _DESC_OF[tuple(-1 if d.get(a) is None else _INDEX[a][d[a]] for a in ATTRS)]
 
 def _truth_of(scene: "Scene | SceneTruth", R: np.ndarray | None) -> SceneTruth:
     return scene if isinstance(scene, SceneTruth) else SceneTruth(scene, R)
@@ -973,7 +971,7 @@ def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[s
         out[seats[i]] = _pick(others, rng)
     return out
 
-# %% ../nbs/02_world.ipynb #66731138
+# %% ../nbs/02_world.ipynb #a8a5e945
 @dataclass(slots=True)
 class Caption:
     "A caption of an image: text, logical form, template, truth label, edit type for hard negatives, phrase grounding."
@@ -1029,7 +1027,7 @@ class World:
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
 
-# %% ../nbs/02_world.ipynb #e5400a8c
+# %% ../nbs/02_world.ipynb #55c8cc62
 class _Balancer:
     """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
@@ -1151,7 +1149,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
                 scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
-# %% ../nbs/02_world.ipynb #bf236a4d
+# %% ../nbs/02_world.ipynb #88cedb46
 def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
     if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
