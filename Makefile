@@ -8,7 +8,6 @@ DOCS_PROFILE ?= smoke
 export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-export MPLBACKEND := Agg
 
 .PHONY: install demo test docs bench export clean
 

@@ -31,6 +31,20 @@ def test_chapter_runs_at_smoke_and_writes_metrics(smoke_run, chapter):
     assert re.search(rf"\[\d+/\d+\] {chapter.name} \.\.\. ok in [\d.]+s", log), "no progress line for the chapter"
 
 
+def _png_outputs(cell) -> int:
+    return sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("chapter", chapters(), ids=lambda c: c.name)
+def test_every_figure_a_chapter_saves_is_shown_in_its_executed_notebook(smoke_run, chapter):
+    "A cell that saves a figure also shows it: the kernel draws inline, whatever MPLBACKEND the shell has."
+    nb = json.loads((smoke_run[0] / chapter.name / f"{chapter.name}.ipynb").read_text())
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code" and "save_figure(" in "".join(c["source"])
+             and not "".join(c["source"]).lstrip().startswith("#| export")]
+    blank = ["".join(c["source"])[:80] for c in cells if not _png_outputs(c)]
+    assert not blank, f"{chapter.name}: cells that save a figure but show none: {blank}"
+
+
 def test_run_all_prints_a_summary_table(smoke_run):
     _, log = smoke_run
     table = log[log.index("chapter  "):]
@@ -115,6 +129,24 @@ def test_site_has_no_broken_local_links(site):
                 assert u.fragment in ids.get(dest, set()), f"{page}: anchor {link} not found in {dest}"
             checked += 1
     assert checked > 10
+
+
+def test_chapter_pages_show_their_figures_as_files(site, smoke_run):
+    "Each figure of an executed chapter is an <img> on its page whose file is in the site."
+    out, _, _ = site
+    from build_docs import page_name
+    pages_with_figures = 0
+    for ch in chapters():
+        nb = json.loads((smoke_run[0] / ch.name / f"{ch.name}.ipynb").read_text())
+        n_png = sum(_png_outputs(c) for c in nb["cells"] if "#| hide" not in "".join(c["source"]))
+        page = out / page_name(ch.path)
+        srcs = [s for s in re.findall(r'<img[^>]*\ssrc="([^"]+)"', page.read_text()) if not s.startswith("data:")]
+        assert len(srcs) >= n_png, f"{page.name}: {n_png} figures in the executed notebook, {len(srcs)} <img> files on the page"
+        for s in srcs:
+            f = page.parent / urllib.parse.unquote(s)
+            assert f.is_file() and f.stat().st_size > 1000, f"{page.name}: <img src={s!r}> has no file in the site"
+        pages_with_figures += bool(n_png)
+    assert pages_with_figures >= 2, "expected figures on at least the world and rpm pages"
 
 
 def _dom(url, tmp):

@@ -110,22 +110,30 @@ def _relink(body: str, page: Path, site_pages: dict[str, str]) -> str:
     return _LINK.sub(sub, body)
 
 
-def render(nb, meta: dict, page: str, pages: list[dict], site_pages: dict[str, str]) -> str:
-    "One page of the site as HTML."
+def figures_dir(page: str) -> str:
+    "The folder, beside a page, that holds its figures: `core.html` -> `core_files`."
+    return Path(page).with_suffix("").name + "_files"
+
+
+def render(nb, meta: dict, page: str, pages: list[dict], site_pages: dict[str, str]) -> tuple[str, dict[str, bytes]]:
+    "One page of the site as HTML, and its figures (file name relative to the page -> bytes)."
     from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
+    from nbconvert.preprocessors import ExtractOutputPreprocessor, TagRemovePreprocessor
     depth = page.count("/")
     root = "../" * depth
     ex = HTMLExporter(template_name="cvlc", extra_template_basedirs=[str(TEMPLATES)],
                       exclude_input_prompt=True, exclude_output_prompt=True)
     ex.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}, enabled=True), enabled=True)
+    # figures become files beside the page (light pages, images a reader can open or save), not base64 in the HTML
+    ex.register_preprocessor(ExtractOutputPreprocessor(extract_output_types={"image/png", "image/jpeg", "image/svg+xml"},
+                                                       enabled=True), enabled=True)
     ex.mathjax_url = f"{root}mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
     nav = [dict(p, current=p["href"] == page) for p in pages]
-    resources = {"metadata": {"name": meta.get("title", page)},
+    resources = {"metadata": {"name": meta.get("title", page)}, "output_files_dir": figures_dir(page),
                  "cvlc": {"root": root, "pages": nav, "title": meta.get("title", ""),
                           "description": meta.get("description", "")}}
-    body, _ = ex.from_notebook_node(nb, resources=resources)
-    return _local_anchors(_relink(body, Path(page), site_pages), root)
+    body, res = ex.from_notebook_node(nb, resources=resources)
+    return _local_anchors(_relink(body, Path(page), site_pages), root), res.get("outputs", {})
 
 
 _HEADING_ID = re.compile(r'(<h[1-6][^>]*\sid=")([^"]+)(")')
@@ -169,7 +177,11 @@ def build_site(out: Path, profile: str = "smoke", from_run: Path | None = None) 
         page = page_name(nb)
         dest = out / page
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(render(processed, meta, page, pages, site_pages), encoding="utf-8")
+        body, figures = render(processed, meta, page, pages, site_pages)
+        dest.write_text(body, encoding="utf-8")
+        for name, data in figures.items():
+            (dest.parent / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest.parent / name).write_bytes(data)
         written.append(dest)
     copy_assets(out)
     shutil.rmtree(work, ignore_errors=True)
