@@ -85,3 +85,63 @@ def test_no_distributed_group_means_plain_single_process():
     d = make_data()
     z = d["z"]
     assert torch.allclose(supcon(z, d["y"], 0.2, distributed=True), supcon(z, d["y"], 0.2))
+
+
+# ---- a training step of cvlc.training under DDP equals the single-process step ------------------------------
+
+STEP_BATCH = 8
+
+
+def _step_data():
+    g = torch.Generator().manual_seed(1)
+    return [{"views": torch.rand(STEP_BATCH, 2, 3, 16, 16, generator=g)} for _ in range(2)]   # two steps of 8 image pairs
+
+
+def _trained_params(distributed: bool):
+    "Two SGD steps of a small visual stream with NT-Xent through cvlc.training; the parameters afterwards."
+    from fastai.optimizer import SGD
+    from cvlc.models import ProjectionHead, VisualStream
+    from cvlc.training import DistributedTrainer, make_learner
+
+    class SimCLRNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f, self.g = VisualStream(16, (8, 16), heads=2, grid=8), ProjectionHead(16, 16, 8)
+        def forward(self, b):
+            v = b["views"]
+            return self.g(self.f(v.flatten(0, 1))).reshape(len(v), 2, -1)
+
+    torch.manual_seed(0)
+    model = SimCLRNet()                  # float32: fastai's Recorder smooths the loss in float32
+    data = _step_data()
+    loss = lambda z, b: nt_xent(z, 0.5, distributed=distributed)
+    cbs = [DistributedTrainer()] if distributed else []
+    learn = make_learner(model, data, None, loss, lr=0.5, opt_func=SGD, cbs=cbs)   # SGD: a parameter moves by lr x its gradient
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    return {k: v.detach().clone() for k, v in learn.model.state_dict().items()}
+
+
+def _step_worker(rank, port, path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.save(_trained_params(True), f"{path}/step{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_training_steps_equal_one_process(tmp_path):
+    mp.spawn(_step_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    single = _trained_params(False)
+    for r in range(WORLD):
+        ranked = torch.load(tmp_path / f"step{r}.pt", weights_only=True)
+        for k, v in single.items():
+            assert torch.allclose(ranked[k], v, atol=1e-6, rtol=0), (r, k, (ranked[k] - v).abs().max())
+    assert any(not torch.equal(v, w) for v, w in zip(single.values(), _initial_params().values())), "the parameters did not move"
+
+
+def _initial_params():
+    from cvlc.models import ProjectionHead, VisualStream
+    torch.manual_seed(0)
+    f, g = VisualStream(16, (8, 16), heads=2, grid=8), ProjectionHead(16, 16, 8)
+    return {**{f"f.{k}": v for k, v in f.state_dict().items()}, **{f"g.{k}": v for k, v in g.state_dict().items()}}
