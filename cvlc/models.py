@@ -20,11 +20,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-# %% ../nbs/06_models.ipynb #c8df2308
+# %% ../nbs/06_models.ipynb #8ad90b57
 def conv_block(c_in: int, c_out: int, stride: int = 1, groups: int = 8) -> nn.Sequential:
-    "3 x 3 convolution, GroupNorm (at most `groups` groups), ReLU."
-    g = math.gcd(groups, c_out)
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.GroupNorm(g, c_out), nn.ReLU(inplace=True))
+    "Convolution (3 x 3 for stride 1-2; a stride x stride patch embedding above), GroupNorm (at most `groups` groups), ReLU."
+    k, pad = (3, 1) if stride <= 2 else (stride, 0)
+    return nn.Sequential(nn.Conv2d(c_in, c_out, k, stride, pad, bias=False), nn.GroupNorm(math.gcd(groups, c_out), c_out),
+                         nn.ReLU(inplace=True))
 
 # %% ../nbs/06_models.ipynb #5a8fa43b
 class LearnedPos2D(nn.Module):
@@ -38,7 +39,7 @@ class LearnedPos2D(nn.Module):
         pe = self.pe if self.pe.shape[-2:] == (h, w) else F.interpolate(self.pe, (h, w), mode="bilinear", align_corners=False)
         return x + pe.to(x.dtype)
 
-# %% ../nbs/06_models.ipynb #48357022
+# %% ../nbs/06_models.ipynb #bc293057
 def _check_images(x: Tensor, name: str = "images") -> None:
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
     if x.ndim != 4: raise ValueError(f"{name} must be (batch, channels, height, width), got shape {tuple(x.shape)}")
@@ -47,14 +48,16 @@ def _check_images(x: Tensor, name: str = "images") -> None:
 class VisualStream(nn.Module):
     """CNN feature grid -> linear embedder -> + learnable 2D positions -> one self-attention encoder layer
     (VG-BERT App. A.1). `forward` gives the mean-pooled vector, or the (B, dim, h, w) grid with `return_grid=True`."""
-    def __init__(self, dim: int = 128, widths: Sequence[int] = (32, 64, 128, 128), heads: int = 4,
-                 attention: bool = True, grid: int = 8, in_channels: int = 3, dropout: float = 0.0, groups: int = 8):
+    def __init__(self, dim: int = 128, widths: Sequence[int] = (32, 64, 128), strides: Sequence[int] = (4, 1, 2),
+                 heads: int = 4, attention: bool = True, grid: int = 8, in_channels: int = 3, dropout: float = 0.0,
+                 groups: int = 8):
         super().__init__()
         if dim % heads: raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
-        if not widths: raise ValueError("widths must name at least one convolution")
+        if not widths or len(widths) != len(strides):
+            raise ValueError(f"widths and strides must name the same (non-zero) number of convolutions, got {len(widths)} and {len(strides)}")
         chans = [in_channels, *widths]
-        self.cnn = nn.Sequential(*[conv_block(a, b, 1 if i == 0 else 2, groups) for i, (a, b) in enumerate(zip(chans, chans[1:]))])
-        self.stride = 2 ** (len(widths) - 1)
+        self.cnn = nn.Sequential(*[conv_block(a, b, s, groups) for a, b, s in zip(chans, chans[1:], strides)])
+        self.stride = math.prod(strides)
         self.embed = nn.Conv2d(widths[-1], dim, 1)          # the "linear embedder" to the model width
         self.pos = LearnedPos2D(dim, grid)
         self.attn = (nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout, batch_first=True) if attention else None)

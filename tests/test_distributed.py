@@ -106,7 +106,7 @@ def _trained_params(distributed: bool):
     class SimCLRNet(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.f, self.g = VisualStream(16, (8, 16), heads=2, grid=8), ProjectionHead(16, 16, 8)
+            self.f, self.g = VisualStream(16, (8, 16), (2, 2), heads=2, grid=8), ProjectionHead(16, 16, 8)
         def forward(self, b):
             v = b["views"]
             return self.g(self.f(v.flatten(0, 1))).reshape(len(v), 2, -1)
@@ -143,5 +143,5 @@ def test_ddp_training_steps_equal_one_process(tmp_path):
 def _initial_params():
     from cvlc.models import ProjectionHead, VisualStream
     torch.manual_seed(0)
-    f, g = VisualStream(16, (8, 16), heads=2, grid=8), ProjectionHead(16, 16, 8)
+    f, g = VisualStream(16, (8, 16), (2, 2), heads=2, grid=8), ProjectionHead(16, 16, 8)
     return {**{f"f.{k}": v for k, v in f.state_dict().items()}, **{f"g.{k}": v for k, v in g.state_dict().items()}}
