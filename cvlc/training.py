@@ -222,14 +222,15 @@ def set_rng_state(s: dict) -> None:
     torch.set_rng_state(s["torch"])
     if s["cuda"] and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s["cuda"])
 
-# %% ../nbs/07_training.ipynb #fd36bbf3
+# %% ../nbs/07_training.ipynb #e7d89743
 def _loader_generators(learn: Learner) -> list[torch.Generator]:
-    "The torch.Generators that order the learner's loaders and the callbacks' second streams (their states are part of the run)."
+    "The torch.Generators of the learner's loaders, of the callbacks' second streams and of callbacks (`.generator`): part of a run's state."
     dls = [getattr(d, "dl", d) for d in learn.dls.loaders] + [cb.dl for cb in learn.cbs if isinstance(cb, _SecondStream)]
+    cands = [g for dl in dls for g in (getattr(dl, "generator", None), getattr(getattr(dl, "sampler", None), "generator", None))]
+    cands += [getattr(cb, "generator", None) for cb in learn.cbs]
     gens = []
-    for dl in dls:
-        for g in (getattr(dl, "generator", None), getattr(getattr(dl, "sampler", None), "generator", None)):
-            if isinstance(g, torch.Generator) and all(g is not h for h in gens): gens.append(g)
+    for g in cands:
+        if isinstance(g, torch.Generator) and all(g is not h for h in gens): gens.append(g)
     return gens
 
 class Checkpoint(Callback):

@@ -145,3 +145,25 @@ def _initial_params():
     torch.manual_seed(0)
     f, g = VisualStream(16, (8, 16), (2, 2), heads=2, grid=8), ProjectionHead(16, 16, 8)
     return {**{f"f.{k}": v for k, v in f.state_dict().items()}, **{f"g.{k}": v for k, v in g.state_dict().items()}}
+
+
+# ---- the SimCLR chapter's script under torchrun ------------------------------------------------------------------
+
+def test_torchrun_simclr_equals_one_process(tmp_path):
+    "`torchrun --nproc_per_node 2 -m cvlc.simclr` ends with the encoder `python -m cvlc.simclr` trains alone."
+    import subprocess, sys
+    from pathlib import Path
+    from cvlc.simclr import load_encoder
+    # plain SGD: a parameter moves by lr x its gradient, so float32 summation order cannot be amplified (Adam would)
+    args = ["--images", "64", "--epochs", "1", "--batch", "16", "--dim", "16", "--seed", "3", "--optimizer", "sgd", "--lr", "0.5"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    bin_ = Path(sys.executable).parent
+    one = subprocess.run([sys.executable, "-m", "cvlc.simclr", *args, "--out", str(tmp_path / "one")], capture_output=True, text=True, env=env, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([str(bin_ / "torchrun"), "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "cvlc.simclr", *args,
+                          "--out", str(tmp_path / "two")], capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "2 process(es)" in two.stdout and "1 process(es)" in one.stdout
+    a, b = load_encoder(tmp_path / "one" / "simclr_encoder.pt"), load_encoder(tmp_path / "two" / "simclr_encoder.pt")
+    diffs = {k: (v - b.state_dict()[k]).abs().max().item() for k, v in a.state_dict().items()}
+    assert max(diffs.values()) < 1e-5, sorted(diffs.items(), key=lambda kv: -kv[1])[:3]
