@@ -32,16 +32,17 @@ class Chapter:
     summary: str
 
 def find_nbs(nbs: str | os.PathLike | None = None) -> Path:
-    "The folder of course notebooks: `nbs`, `$CVLC_NBS`, `./nbs`, `.`, or the `nbs/` beside an editable install."
+    "The course notebooks: `nbs`, `$CVLC_NBS`, `./nbs`, `.`, the `nbs/` beside an editable install, or those installed with the package."
     if nbs is not None:
         if (Path(nbs) / "00_core.ipynb").is_file(): return Path(nbs).resolve()
         raise CliError(f"{nbs} is not the course notebooks folder (it has no 00_core.ipynb)")
     here = Path(__file__).resolve().parent.parent / "nbs" if "__file__" in globals() else None
-    for t in [os.environ.get("CVLC_NBS"), Path.cwd() / "nbs", Path.cwd(), here]:
+    installed = Path(sys.prefix) / "share" / "cvlc" / "nbs"
+    for t in [os.environ.get("CVLC_NBS"), Path.cwd() / "nbs", Path.cwd(), here, installed]:
         if t is not None and (Path(t) / "00_core.ipynb").is_file():
             return Path(t).resolve()
     raise CliError("cannot find the course notebooks (a folder holding 00_core.ipynb): run from a clone of the "
-                   "cvlc repository, or set $CVLC_NBS / pass --nbs")
+                   "cvlc repository, install the package with its notebooks, or set $CVLC_NBS / pass --nbs")
 
 def _header(nb_path: Path) -> tuple[str, str]:
     "Title (`# ...`) and summary (`> ...`) of the first markdown cell of a notebook."
@@ -78,10 +79,15 @@ def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
         except (ValueError, SyntaxError): out[name] = value
     return out
 
+def _papermill():
+    "papermill, or a one-line error naming the extra that brings it."
+    try: import papermill
+    except ImportError: raise CliError("running chapters needs papermill and a Jupyter kernel: pip install 'cvlc[cli]'") from None
+    return papermill
+
 def declared_params(chapter: Chapter) -> dict[str, Any]:
     "The parameters a chapter's `parameters` cell declares (name -> papermill's description)."
-    import papermill
-    return papermill.inspect_notebook(str(chapter.path))
+    return _papermill().inspect_notebook(str(chapter.path))
 
 # %% ../nbs/api/cli.ipynb #81f54cc2
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"   # figures become image/png outputs of the executed notebook
@@ -103,7 +109,7 @@ class ChapterFailed(Exception):
 def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] | None = None,
                 out: str | os.PathLike | None = None) -> dict[str, Any]:
     "Execute `chapter` with papermill at `profile` into `out`; return its `metrics.json` as a dict."
-    import papermill
+    papermill = _papermill()
     if profile not in PROFILES + ("auto",):
         raise CliError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)} or 'auto'")
     params = dict(params or {})
@@ -113,7 +119,8 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
         raise CliError(f"{chapter.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}")
     if "PROFILE" in params: raise CliError("give the profile with --profile, not -p PROFILE")
     out = Path(out) if out is not None else default_out() / chapter.name
-    out.mkdir(parents=True, exist_ok=True)
+    try: out.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise CliError(f"cannot use {out} as the output folder: {e.strerror or e}") from None
     executed = out / f"{chapter.name}.ipynb"
     with _kernel_env(CVLC_OUT=str(out.resolve()), MPLBACKEND=INLINE_BACKEND):
         try:
@@ -123,6 +130,10 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
         except papermill.PapermillExecutionError as e:
             raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                                 f"  open {executed} to see where") from None
+        except Exception as e:
+            if type(e).__name__ == "NoSuchKernel":           # jupyter_client's: ipykernel is not installed
+                raise CliError("no Jupyter kernel 'python3' to run chapters in: pip install 'cvlc[cli]' (it brings ipykernel)") from None
+            raise
     mfile = out / "metrics.json"
     if not mfile.is_file(): raise ChapterFailed(f"{chapter.name} ran but wrote no metrics.json into {out}")
     return json.loads(mfile.read_text())
@@ -137,15 +148,28 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float): return f"{v:.4g}"
     return str(v)
 
-def summary_table(results: Sequence[tuple[str, str, float, dict]]) -> str:
-    "A plain-text table: chapter, status, seconds, and the chapter's scalar headline metrics."
-    rows = [("chapter", "status", "seconds", "headline metrics")]
+def _wrap_items(items: Sequence[str], width: int) -> list[str]:
+    "Join items with two spaces into lines of at most `width` characters (an item longer than that gets a line of its own)."
+    lines, cur = [], ""
+    for it in items:
+        if cur and len(cur) + 2 + len(it) > width: lines.append(cur); cur = it
+        else: cur = f"{cur}  {it}" if cur else it
+    return lines + ([cur] if cur else [])
+
+def summary_table(results: Sequence[tuple[str, str, float, dict]], width: int = 110) -> str:
+    "A plain-text table: chapter, status, seconds, and the chapter's scalar headline metrics, wrapped to `width` columns."
+    rows = [("chapter", "status", "seconds", ["headline metrics"])]
     for name, status, secs, metrics in results:
-        head = "  ".join(f"{k}={_fmt(v)}" for k, v in metrics.items() if isinstance(v, (bool, int, float, str)))
-        rows.append((name, status, f"{secs:.1f}", head))
+        items = [f"{k}={_fmt(v)}" for k, v in metrics.items() if isinstance(v, (bool, int, float, str))]
+        rows.append((name, status, f"{secs:.1f}", items))
     w = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}" for r in rows]
-    lines.insert(1, "-" * max(len(l) for l in lines))
+    indent = w[0] + w[1] + w[2] + 6
+    lines = []
+    for r in rows:
+        chunks = _wrap_items(r[3], max(30, width - indent)) or [""]
+        lines.append(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {chunks[0]}".rstrip())
+        lines += [" " * indent + c for c in chunks[1:]]
+    lines.insert(1, "-" * min(width, max(len(l) for l in lines)))
     return "\n".join(lines)
 
 # %% ../nbs/api/cli.ipynb #df8cda33
@@ -159,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="demo", choices=PROFILES + ("auto",), help="run size (default: demo)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a chapter parameter")
     r.add_argument("--out", help="output folder (default: runs/<timestamp>; one subfolder per chapter)")
+    r.add_argument("--dry-run", action="store_true", help="check the chapters and parameters and say what would run, without running")
     return ap
 
 def _run(args) -> int:
@@ -168,6 +193,14 @@ def _run(args) -> int:
     root = Path(args.out) if args.out else default_out()
     single = len(args.chapters) == 1 and args.chapters != ["all"] and args.out  # one named chapter: --out is its folder
     results, failed = [], 0
+    if args.dry_run:
+        for ch in picked:
+            declared = declared_params(ch) if params and len(picked) == 1 else {}
+            unknown = sorted(set(params) - set(declared)) if params and len(picked) == 1 else []
+            if unknown: raise CliError(f"{ch.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}")
+            extra = "".join(f" -p {k} {v!r}" for k, v in params.items()) if len(picked) == 1 else ""
+            print(f"would run {ch.name} at profile {args.profile}{extra} into {root if single else root / ch.name}")
+        return 0
     print(f"cvlc: {len(picked)} chapter(s) at profile {args.profile} into {root}", flush=True)
     for i, ch in enumerate(picked, 1):
         print(f"[{i}/{len(picked)}] {ch.name} ...", end=" ", flush=True)

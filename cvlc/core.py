@@ -6,7 +6,8 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 
 # %% auto #0
 __all__ = ['PROFILES', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile', 'run_dir',
-           'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint', 'load_checkpoint']
+           'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint', 'load_checkpoint',
+           'require_extra', 'maybe_progress']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import json, math, os, random, tempfile, time, warnings
@@ -144,3 +145,22 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
         raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
+
+# %% ../nbs/00_core.ipynb #194bca1e
+def require_extra(extra: str, *modules: str, by: str = "this part of cvlc") -> None:
+    "Raise an ImportError that names the pip extra to install when one of `modules` is missing."
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"{by} needs {', '.join(missing)}, which come with an extra: pip install 'cvlc[{extra}]'")
+
+def maybe_progress(items, show: bool | None = None, n: int | None = None, threshold: int = 5000):
+    "`items` with a fastprogress bar when `show` is True, or when `show` is None and there are at least `threshold` (n) of them."
+    n = len(items) if n is None and hasattr(items, "__len__") else n
+    if not (show or (show is None and n is not None and n >= threshold)): return items
+    import importlib.util
+    if importlib.util.find_spec("fastprogress") is None:
+        if show: raise ImportError("progress bars need fastprogress: pip install fastprogress (or 'cvlc[course]')")
+        return items
+    from fastprogress.fastprogress import progress_bar
+    return progress_bar(items)

@@ -20,6 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
+from .core import maybe_progress
+
 # %% ../nbs/03_rpm.ipynb #ac9b10dd
 TYPES = ("triangle", "square", "pentagon", "hexagon", "circle")
 SIZE_LEVELS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -481,9 +483,7 @@ def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig |
     cfg = config or RPMConfig(answers=answers, **kw)
     puzzles = []
     it = range(n)
-    if progress or (progress is None and n >= 5000):          # a progress bar on large sets
-        from fastprogress.fastprogress import progress_bar
-        it = progress_bar(it)
+    it = maybe_progress(it, progress, n)                          # a progress bar on large sets
     images = np.zeros((n, 16, cfg.size, cfg.size), np.uint8)
     for i in it:
         p = sample_puzzle(np.random.default_rng([seed, i]), cfg)

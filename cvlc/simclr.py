@@ -11,6 +11,10 @@ __all__ = ['crop_boxes', 'resized_crop', 'random_resized_crop', 'grayscale', 'ad
            'image_batches', 'train_simclr', 'world_probe_labels', 'probe_encoder', 'train_supervised', 'save_encoder',
            'load_encoder', 'main']
 
+# %% ../nbs/10_simclr.ipynb #57daaf89
+from .core import require_extra
+require_extra("course", "fastai", "sklearn", by="cvlc.simclr")   # a clear message, not a bare ImportError
+
 # %% ../nbs/10_simclr.ipynb #d55a8763
 import argparse, math, os, sys, time
 from dataclasses import asdict, dataclass, replace

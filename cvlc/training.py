@@ -8,6 +8,10 @@ Docs: https://cvlc-course.github.io/cvlc/training.html.md"""
 __all__ = ['DictBatch', 'batch_size', 'make_learner', 'History', 'Alternate', 'Joint', 'grad_alignment', 'PretrainFinetune',
            'WeakPositives', 'rng_state', 'set_rng_state', 'Checkpoint', 'DistributedTrainer', 'embed', 'linear_probe']
 
+# %% ../nbs/07_training.ipynb #e4e6ee93
+from .core import require_extra
+require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear message, not a bare ImportError
+
 # %% ../nbs/07_training.ipynb #8b245d0a
 import math, random, warnings
 from pathlib import Path

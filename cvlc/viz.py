@@ -8,6 +8,10 @@ Docs: https://cvlc-course.github.io/cvlc/viz.html.md"""
 __all__ = ['to_hwc', 'image_grid', 'draw_boxes', 'attention_map', 'rpm_panels', 'pca_2d', 'embedding_scatter', 'training_curves',
            'retrieval_grid']
 
+# %% ../nbs/08_viz.ipynb #6c953d17
+from .core import require_extra
+require_extra("course", "matplotlib", by="cvlc.viz")   # a clear message, not a bare ImportError
+
 # %% ../nbs/08_viz.ipynb #917413c4
 import math
 from typing import Mapping, Sequence

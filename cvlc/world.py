@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from .core import maybe_progress
+
 # %% ../nbs/02_world.ipynb #93a69df0
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
 COLORS = ("red", "green", "blue", "yellow", "purple", "cyan", "orange", "gray")
@@ -1136,9 +1138,7 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
     scenes, caps, qs, rels = [], [], [], []
     ids, bal = {"caption": 0, "question": 0}, _Balancer()
     starts = range(0, n_images, batch)
-    if progress or (progress is None and n_images >= 5000):   # a progress bar on large sets
-        from fastprogress.fastprogress import progress_bar
-        starts = progress_bar(starts)
+    starts = maybe_progress(starts, progress, n_images)          # a progress bar on large sets
     with _gc_paused():
         for start in starts:
             block = range(start, min(n_images, start + batch))

@@ -57,3 +57,37 @@ def test_a_failing_chapter_exits_1_and_names_the_notebook(tmp_path):
     assert "01_boom failed at In [" in r.stderr and "RuntimeError: kaboom" in r.stderr
     assert (tmp_path / "out" / "01_boom.ipynb").is_file()
     assert "FAILED" in r.stdout
+
+
+def _documented_examples() -> list[list[str]]:
+    "The command lines of the CLI page's example block."
+    nb = json.loads((NBS / "api" / "cli.ipynb").read_text())
+    text = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown" and "```text" in "".join(c["source"]))
+    block = text.split("```text", 1)[1].split("```", 1)[0]
+    return [l.split("#", 1)[0].split() for l in block.strip().splitlines()]
+
+
+def test_every_documented_example_is_valid(tmp_path):
+    "Each example of the CLI page names real chapters and declared parameters (checked with --dry-run, nothing runs)."
+    examples = _documented_examples()
+    assert len(examples) >= 4
+    for ex in examples:
+        assert ex[0] == "cvlc"
+        args = ex[1:] + (["--dry-run"] if ex[1] == "run" and "--dry-run" not in ex else [])
+        r = cvlc(*args, cwd=tmp_path)
+        assert r.returncode == 0, f"{' '.join(ex)}: {r.stderr}"
+        assert "Traceback" not in r.stderr
+        if ex[1] == "run": assert "would run" in r.stdout
+
+
+def test_dry_run_checks_parameters():
+    r = cvlc("run", "simclr", "-p", "EPOCHS", "3", "--dry-run")
+    assert r.returncode == 2 and "10_simclr has no parameter EPOCHS; it declares: PROFILE, SEED" in r.stderr
+
+
+def test_an_unusable_output_folder_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = cvlc("run", "core", "--profile", "smoke", "--out", blocker / "sub")
+    assert r.returncode == 2 and "cannot use" in r.stderr and "as the output folder" in r.stderr
+    assert "Traceback" not in r.stderr
