@@ -1,6 +1,6 @@
 """Every chapter run end to end at PROFILE=smoke through `cvlc run all`, and the documentation site built from
 those runs, served on localhost and checked in headless Chromium."""
-import functools, html.parser, http.server, json, os, re, shutil, subprocess, threading, urllib.parse, urllib.request
+import functools, html.parser, http.server, json, os, re, shutil, subprocess, sys, threading, urllib.parse, urllib.request
 from pathlib import Path
 
 import pytest
@@ -97,7 +97,12 @@ def site(smoke_run, tmp_path_factory):
             if code == 404 and not self.path.startswith("/favicon"): missing.append(self.path)
             return super().send_error(code, *a, **k)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(out)))
+    class QuietServer(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):   # a browser closing a connection early is not an error
+            if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)): return
+            super().handle_error(request, client_address)
+
+    server = QuietServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(out)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield out, f"http://127.0.0.1:{server.server_address[1]}/", missing
     server.shutdown()
