@@ -8,13 +8,13 @@ Docs: https://cvlc-course.github.io/cvlc/world.html.md"""
 __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BACKGROUND', 'ATTRS', 'VALUES', 'UNIT', 'CIRCUM',
            'PREDICATES', 'CONVERSE', 'OPPOSITE', 'CONE', 'CONE_MARGIN', 'NEAR', 'FAR', 'SYNONYMS', 'TEST_SYNONYMS',
            'PRED_WORDS', 'NUMBER_WORDS', 'CAPTION_TEMPLATES', 'EDITS', 'QUESTION_TEMPLATES', 'FAMILIES',
-           'TRAIN_TEMPLATES', 'ATTR_WORDS', 'ANSWER_WORDS', 'Obj', 'Scene', 'WorldConfig', 'SceneArrays',
+           'TRAIN_TEMPLATES', 'ATTR_WORDS', 'ANSWER_WORDS', 'HYPERNYMS', 'Obj', 'Scene', 'WorldConfig', 'SceneArrays',
            'sample_scene_arrays', 'sample_scene', 'render_arrays', 'render_scenes', 'render_scene',
            'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix',
            'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
            'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text', 'sample_program',
            'annotator_answers', 'Caption', 'World', 'annotate_image', 'relation_triplets', 'make_world',
-           'sample_relations']
+           'sample_relations', 'word_meanings', 'word_relation', 'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
@@ -1174,3 +1174,56 @@ def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0)
         p = int(rng.integers(len(PREDICATES)))
         if relation_truth(s)[p, a, b] == 0: out.append((s.image_id, int(a), PREDICATES[p], int(b), 0))
     return out
+
+# %% ../nbs/02_world.ipynb #64579c28
+HYPERNYMS = ("thing", "object")          # nouns that fit every shape
+
+def _plural(w: str) -> str: return w + ("es" if w.endswith(("sh", "x", "s")) else "s")
+
+@functools.lru_cache(maxsize=None)
+def word_meanings(test: bool = True) -> dict[str, tuple[str, str | None]]:
+    "Every one-token content word -> (attribute, value); nouns also in the plural; 'thing'/'object' -> ('shape', None)."
+    out = {}
+    for attr in ATTRS:
+        for v in VALUES[attr]:
+            for w in SYNONYMS.get(v, [v]) + (TEST_SYNONYMS.get(v, []) if test else []):
+                if " " not in w: out[w] = (attr, v)
+    for h in HYPERNYMS: out[h] = ("shape", None)
+    out.update({_plural(w): m for w, m in list(out.items()) if m[0] == "shape"})
+    return out
+
+def word_relation(original: str, substitute: str) -> str:
+    "What `substitute` is to `original`: 'same', 'synonym', 'hypernym' (more general), 'hyponym' (more specific), 'other', or 'unrelated' (another attribute)."
+    mean = word_meanings()
+    if original not in mean or substitute not in mean: raise ValueError(f"not a content word of the world: {original if original not in mean else substitute!r}")
+    (a1, v1), (a2, v2) = mean[original], mean[substitute]
+    if a1 != a2: return "unrelated"
+    if original == substitute: return "same"
+    if v1 == v2: return "synonym"
+    if v2 is None: return "hypernym"
+    if v1 is None: return "hyponym"
+    return "other"
+
+# %% ../nbs/02_world.ipynb #0e52a251
+def substitute(caption: Caption, token: int, word: str) -> tuple[str, LF]:
+    "Replace the word at `token` (space-separated) of a caption's noun phrase by `word` of the same attribute: (new text, new logical form)."
+    toks = caption.text.split(" ")
+    if not 0 <= token < len(toks): raise ValueError(f"token {token} is outside the caption ({len(toks)} words)")
+    spans = [(i, s, e) for i, (s, e, _) in enumerate(caption.phrases) if s <= token < e]
+    if not spans: raise ValueError(f"word {token} ({toks[token]!r}) is not in a noun phrase of {caption.text!r}")
+    role, start, _ = spans[0]
+    mean = word_meanings()
+    old = toks[token]
+    if old not in mean: raise ValueError(f"{old!r} is not a content word (an article or a number?)")
+    if word not in mean or mean[word][0] != mean[old][0]:
+        raise ValueError(f"{word!r} cannot replace {old!r}: a substitute must be a {mean[old][0]} word")
+    if old.endswith("s") and mean[old][0] == "shape" and old != mean[old][1] and not word.endswith("s") and _plural(word) in mean:
+        word = _plural(word)                                        # keep the number of a plural noun
+    toks[token] = word
+    if toks[start] in ("a", "an"): toks[start] = "an" if toks[start + 1][0] in "aeiou" else "a"
+    attr, value = mean[word]
+    d = caption.lf.d1 if role == 0 else caption.lf.d2
+    code = list(d.code); code[ATTRS.index(attr)] = -1 if value is None else _INDEX[attr][value]
+    nd = Desc.of(code)
+    lf = caption.lf._replace(d1=nd) if role == 0 else caption.lf._replace(d2=nd)
+    return " ".join(toks), lf
