@@ -307,14 +307,14 @@ class HFTextEncoder(nn.Module):
         inputs = {k: v.to(dev) for k, v in tokens.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         return self.model(**inputs).last_hidden_state, inputs["attention_mask"].bool()
 
-# %% ../nbs/06_models.ipynb #860566f4
+# %% ../nbs/06_models.ipynb #c5d12fd0
 def tiny_bert(folder, words: Iterable[str], hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0) -> str:
     "Save a random tiny BertForMaskedLM and a WordPiece tokenizer over `words` into `folder`; returns its path."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     tr = _transformers()
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w.lower() for w in words} - {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tr.BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(folder)
+    # a vocabulary dict (transformers 5 reads no `vocab_file` here: every word would be [UNK])
+    tr.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     cfg = tr.BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                         intermediate_size=2 * hidden, max_position_embeddings=64)
     with quiet_hf(), torch.random.fork_rng():
