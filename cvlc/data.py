@@ -133,8 +133,8 @@ def _load_json(path) -> Any:
 
 def _get(rec: Any, key: str, typ, file, idx) -> Any:
     "rec[key], checked to be of type typ; a DataFormatError naming file, record and field otherwise."
-    rid = f"{idx}" + (f" (id {rec.get('id', rec.get('question_id', rec.get('image_id')))})" if isinstance(rec, dict) and
-                      any(k in rec for k in ("id", "question_id", "image_id")) else "")
+    id_key = next((k for k in ("id", "question_id", "image_id") if isinstance(rec, dict) and k in rec), None)
+    rid = f"{idx}" + (f" ({id_key} {rec[id_key]})" if id_key else "")
     if not isinstance(rec, dict): raise DataFormatError(file, idx, None, f"expected an object, got {type(rec).__name__}")
     if key not in rec: raise DataFormatError(file, rid, key, "missing")
     v = rec[key]
@@ -209,17 +209,18 @@ def load_vqa(questions_json, annotations_json=None, *, on_error: str = "raise") 
     return qs, report
 
 def answer_vocab(questions: Sequence[VQAQuestion], top_k: int = 3129) -> list[str]:
-    "The `top_k` most frequent normalised answers (the multiple-choice answer of each question), most frequent first."
+    "The `top_k` most frequent normalised answers (`normalize_answer` of each multiple-choice answer), most frequent first."
     counts = Counter(normalize_answer(q.answer) for q in questions if q.answer is not None)
     if not counts: raise ValueError("no question has an answer (load the annotations)")
     return [a for a, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]]
 
 def soft_target(question: VQAQuestion, vocab_index: Mapping[str, int]) -> dict[int, float]:
-    "Soft answer scores of a question over the vocabulary: each human answer's official VQA accuracy."
+    """Soft answer scores over the vocabulary: each normalised human answer's VQA accuracy, always normalised
+    (`vqa_score(..., forgiving=True)`), the normalisation of `answer_vocab`, so that a unanimous 'two' scores '2'."""
     out = {}
     for a in set(normalize_answer(x) for x in question.answers):
         if a in vocab_index:
-            s = vqa_score(a, question.answers)
+            s = vqa_score(a, question.answers, forgiving=True)
             if s > 0: out[vocab_index[a]] = s
     return out
 
@@ -261,7 +262,7 @@ def load_coco_captions(captions_json, image_dir=None, *, on_error: str = "raise"
 
 def load_karpathy(split_json, split: str | Sequence[str] | None = None, image_dir=None, *, restval_as_train: bool = True,
                   on_error: str = "raise") -> tuple[list[CaptionedImage], LoadReport]:
-    "Read a Karpathy split file (COCO or Flickr30K), optionally keeping one split ('train', 'val', 'test')."
+    "Read a Karpathy split file (COCO or Flickr30K), optionally keeping one split ('train', 'val', 'test'); captions stripped."
     f = Path(split_json)
     data = _load_json(f)
     wanted = None if split is None else ({split} if isinstance(split, str) else set(split))
@@ -272,7 +273,7 @@ def load_karpathy(split_json, split: str | Sequence[str] | None = None, image_di
         fn = _get(r, "filename", str, f, i)
         rel = f"{r['filepath']}/{fn}" if isinstance(r.get("filepath"), str) else fn
         sents = _get(r, "sentences", list, f, i)
-        raws = [_get(s, "raw", str, f, f"{i} sentences[{j}]") for j, s in enumerate(sents)]
+        raws = [_get(s, "raw", str, f, f"{i} sentences[{j}]").strip() for j, s in enumerate(sents)]   # as load_coco_captions: the raw text keeps a trailing space
         ids = [_get(s, "sentid", int, f, f"{i} sentences[{j}]") for j, s in enumerate(sents)]
         iid = r["cocoid"] if isinstance(r.get("cocoid"), int) else _get(r, "imgid", int, f, i)
         if wanted is None or sp in wanted: _check_image(image_dir, rel, f, f"{i} (id {iid})")
@@ -340,13 +341,13 @@ def _entity_boxes(xml_file: Path) -> tuple[dict[str, list[list[float]]], int, in
         if bb is None:
             for n in names: boxes.setdefault(n, [])
             continue
-        try: box = [float(bb.findtext(k)) for k in ("xmin", "ymin", "xmax", "ymax")]
+        try: box = [float(bb.findtext(k)) - 1 for k in ("xmin", "ymin", "xmax", "ymax")]   # 1-based -> 0-based, as the official parser
         except (TypeError, ValueError): raise DataFormatError(xml_file, f"object {i} ({names[0]})", "bndbox", "needs numeric xmin, ymin, xmax, ymax") from None
         for n in names: boxes.setdefault(n, []).append(box)
     return boxes, w, h
 
 def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_error: str = "raise") -> tuple[list[GroundedCaption], LoadReport]:
-    "Read Flickr30K Entities (`root/Sentences/*.txt`, `root/Annotations/*.xml`) into grounded captions."
+    "Read Flickr30K Entities (`root/Sentences/*.txt`, `root/Annotations/*.xml`) into grounded captions, boxes 0-based as the official parser."
     root = Path(root)
     sdir, adir = root / "Sentences", root / "Annotations"
     for d in (sdir, adir):
@@ -435,12 +436,23 @@ def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = 
 # %% ../nbs/04_data.ipynb #43284bc8
 @dataclass
 class RavenSet:
-    "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure and source file per puzzle."
+    "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure (component names) and source file per puzzle."
     images: np.ndarray
     target: np.ndarray
     meta_target: np.ndarray
-    structure: list[str]
+    structure: list[tuple[str, ...]]
     files: list[str]
+
+def _structure_names(st) -> tuple[str, ...]:
+    "The `structure` array of a RAVEN file (bytes from the Python 2 generators, or str) as a tuple of names."
+    return tuple(s.decode() if isinstance(s, bytes) else str(s) for s in np.asarray(st).reshape(-1).tolist())
+
+def _uint8_image(img: np.ndarray, f, i) -> np.ndarray:
+    "A RAVEN image as uint8; an image of another dtype is accepted only when it holds integers in 0..255."
+    if img.dtype == np.uint8: return img
+    if np.issubdtype(img.dtype, np.integer) and img.size and 0 <= img.min() and img.max() <= 255: return img.astype(np.uint8)
+    raise DataFormatError(f, i, "image", f"expected uint8 pixels (0..255) as the official generators write, got {img.dtype}"
+                          + (f" with values in [{img.min()}, {img.max()}]" if img.size else ""))
 
 def load_raven(paths, split: str | None = None, *, on_error: str = "raise") -> tuple[RavenSet, LoadReport]:
     "Read RAVEN / I-RAVEN `.npz` puzzles from files or folders (searched recursively), optionally of one split."
@@ -462,8 +474,8 @@ def load_raven(paths, split: str | None = None, *, on_error: str = "raise") -> t
         t = int(np.asarray(z["target"]).reshape(-1)[0])
         if not 0 <= t < 8: raise DataFormatError(f, i, "target", f"expected 0..7, got {t}")
         mt = np.asarray(z["meta_target"]).reshape(-1)
-        st = z["structure"] if "structure" in z.files else np.array([])
-        return img.astype(np.uint8), t, mt, "/".join(str(s) for s in np.asarray(st).reshape(-1)), str(f)
+        st = _structure_names(z["structure"]) if "structure" in z.files else ()
+        return _uint8_image(img, f, i), t, mt, st, str(f)
     rows = _each(files, report.file, on_error, parse, report)
     if not rows: raise FileNotFoundError(f"no RAVEN .npz puzzle found in {paths}" + (f" for split {split!r}" if split else ""))
     shapes = {r[0].shape for r in rows}

@@ -54,11 +54,13 @@ def _block(S: Tensor, P: Tensor, M: Tensor | None, excl: Tensor | None, exclude_
     return rows, valid, D
 
 # %% ../nbs/01_losses.ipynb #14a34328
-def _check_float(x: Tensor, name: str, ndim: int | None = None) -> None:
+def _check_float(x: Tensor, name: str, ndim: int | None = None, finite: bool = False) -> None:
     if not isinstance(x, Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if finite and not bool(torch.isfinite(x).all()):   # features: a NaN would silently make the loss NaN
+        raise ValueError(f"{name} contains NaN or infinite values ({int((~torch.isfinite(x)).sum())} of {x.numel()})")
 
 def _check_reduction(reduction: str) -> None:
     if reduction not in _REDUCTIONS: raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
@@ -308,7 +310,7 @@ def _distributed_mean(total_loss: Tensor, count: int, device) -> Tensor:
 # %% ../nbs/01_losses.ipynb #8d9d5827
 def _views(z: Tensor, name: str = "z") -> tuple[Tensor, int, int]:
     "(N, V, d) or (N, d) features -> (V*N, d) view-major, N, V."
-    _check_float(z, name)
+    _check_float(z, name, finite=True)
     if z.ndim == 2: return z, z.shape[0], 1
     if z.ndim == 3: return z.transpose(0, 1).reshape(-1, z.shape[-1]), z.shape[0], z.shape[1]
     raise ValueError(f"{name} must be (N, d) or (N, views, d), got shape {tuple(z.shape)}")
@@ -383,6 +385,7 @@ def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: 
         if len(z) % 2: raise ValueError(f"nt_xent with (2N, d) features needs an even number of rows, got {len(z)}")
         z = z.reshape(2, -1, z.shape[-1]).transpose(0, 1)
     _check_float(z, "z", 3)
+    if z.shape[1] != 2: raise ValueError(f"nt_xent takes exactly 2 views per sample, got z of shape {tuple(z.shape)} (use supcon for more)")
     ids = torch.arange(z.shape[0], device=z.device)
     if distributed: ids = ids + _world()[1] * z.shape[0]
     return supcon(z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size)
@@ -434,7 +437,7 @@ def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | No
 def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.07, *, normalize: bool = True,
              reduction: str = "mean", chunk_size: int | None = None, return_count: bool = False):
     "InfoNCE: each query against all keys, one positive key per query (index -1: none)."
-    _check_float(query, "query", 2); _check_float(keys, "keys", 2)
+    _check_float(query, "query", 2, finite=True); _check_float(keys, "keys", 2, finite=True)
     pi = _check_labels(positive_index, len(query), "positive_index").long()
     if bool(((pi < -1) | (pi >= len(keys))).any()):
         raise ValueError(f"positive_index must be in [-1, {len(keys) - 1}], got values from {int(pi.min())} to {int(pi.max())}")
@@ -451,7 +454,7 @@ def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.
 def cross_modal_nce(a: Tensor, b: Tensor, temperature=0.07, *, symmetric: bool = True, positives: Tensor | None = None,
                     normalize: bool = True, distributed: bool = False, chunk_size: int | None = None):
     "Image-text contrastive loss: a[i] and b[i] match (or `positives[i, j]`); a->b and, if symmetric, b->a, averaged."
-    _check_float(a, "a", 2); _check_float(b, "b", 2)
+    _check_float(a, "a", 2, finite=True); _check_float(b, "b", 2, finite=True)
     if a.shape != b.shape: raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if positives is not None and (positives.dtype != torch.bool or positives.shape != (len(a), len(b))):
         raise ValueError(f"positives must be a bool ({len(a)}, {len(b)}) matrix, got {positives.dtype} {tuple(positives.shape)}")

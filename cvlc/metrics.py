@@ -64,36 +64,47 @@ def normalize_answer(answer: str) -> str:
 
 def _clean(a: str) -> str: return a.replace("\n", " ").replace("\t", " ").strip()
 
-def vqa_score(pred: str | Sequence[str], human_answers: Sequence[str] | Sequence[Sequence[str]]):
-    "Official VQA accuracy of `pred` against its human answers (10 in VQA v2); lists of questions give an array."
+def vqa_score(pred: str | Sequence[str], human_answers: Sequence[str] | Sequence[Sequence[str]], *, forgiving: bool = False):
+    """Official VQA accuracy of `pred` against its human answers (10 in VQA v2); lists of questions give an array.
+
+    As the official script: answers are normalised (and so lower-cased) only when the humans disagree; when they
+    all gave one answer, `pred` must equal it as written (`'Yes'` scores 0 against ten `'yes'`). `forgiving=True`
+    normalises always (the comparison cvlc's `soft_target` trains with); it never scores lower than the official rule."""
+    if not isinstance(pred, (str, Sequence, np.ndarray)) or (not isinstance(pred, str) and not all(isinstance(p, str) for p in pred)):
+        raise TypeError(f"pred must be an answer string or a list of them, got {type(pred).__name__}")
     if not isinstance(pred, str):
         if len(pred) != len(human_answers):
             raise ValueError(f"{len(pred)} predictions but {len(human_answers)} lists of human answers")
-        return np.array([vqa_score(p, h) for p, h in zip(pred, human_answers)], dtype=np.float64)
-    if isinstance(human_answers, str) or len(human_answers) == 0:
-        raise ValueError(f"human_answers must be a non-empty list of strings, got {human_answers!r}")
+        return np.array([vqa_score(p, h, forgiving=forgiving) for p, h in zip(pred, human_answers)], dtype=np.float64)
+    if isinstance(human_answers, str) or len(human_answers) == 0 or not all(isinstance(a, str) for a in human_answers):
+        raise ValueError(f"human_answers must be a non-empty list of strings, got {human_answers!r:.80}")
     gts = [_clean(a) for a in human_answers]
     p = _clean(pred)
-    if len(set(gts)) > 1:
+    if forgiving or len(set(gts)) > 1:
         gts = [normalize_answer(a) for a in gts]
         p = normalize_answer(p)
-    n, m = len(gts), sum(a.lower() == p.lower() for a in gts)
+    n, m = len(gts), sum(a == p for a in gts)
     return (m * min((m - 1) / 3, 1.0) + (n - m) * min(m / 3, 1.0)) / n
 
 # %% ../nbs/05_metrics.ipynb #581d4e13
-def consensus_score(group_ids: Sequence, scores: Sequence[float] | np.ndarray | Tensor, k: int | Iterable[int] = 4):
-    "CS(k) (ConClaT Eq. 10-11) in closed form C(c,k)/C(n,k), averaged over groups of at least k questions; a dict for several k."
+def consensus_score(group_ids: Sequence, scores: Sequence[float] | np.ndarray | Tensor, k: int | Iterable[int] = 4,
+                    min_group: int | None = None):
+    """CS(k) (ConClaT Eq. 10-11) in closed form C(c,k)/C(n,k), averaged over groups of at least k questions; a dict for several k.
+
+    `min_group=4` averages over groups of at least 4 questions for every k, as the ConClaT authors' evaluation does."""
     if not isinstance(k, int):
-        return {int(kk): consensus_score(group_ids, scores, int(kk)) for kk in k}
+        return {int(kk): consensus_score(group_ids, scores, int(kk), min_group) for kk in k}
     if k < 1: raise ValueError(f"k must be >= 1, got {k}")
+    if min_group is not None and min_group < k: raise ValueError(f"min_group={min_group} is smaller than k={k}: a group of {min_group} has no subset of size {k}")
+    least = k if min_group is None else min_group
     s = np.asarray(scores.detach().cpu() if isinstance(scores, Tensor) else scores, dtype=np.float64)
     if s.ndim != 1 or len(s) != len(group_ids):
         raise ValueError(f"scores must be 1-D with one entry per question ({len(group_ids)}), got shape {s.shape}")
     n, c = Counter(), Counter()
     for g, v in zip(group_ids, s):
         n[g] += 1; c[g] += v > 0
-    vals = [math.comb(c[g], k) / math.comb(n[g], k) for g in n if n[g] >= k]
-    if not vals: raise ValueError(f"no group has at least k={k} questions")
+    vals = [math.comb(c[g], k) / math.comb(n[g], k) for g in n if n[g] >= least]
+    if not vals: raise ValueError(f"no group has at least {'k=' if min_group is None else 'min_group='}{least} questions")
     return float(np.mean(vals))
 
 # %% ../nbs/05_metrics.ipynb #8abb8ad4
@@ -110,17 +121,22 @@ def _check_pair(sim: Tensor, mask: Tensor, name: str) -> None:
     if not sim.is_floating_point(): raise TypeError(f"sim must be floating, got {sim.dtype}")
     if mask.shape != sim.shape: raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
     if mask.dtype != torch.bool: raise TypeError(f"{name} must be bool, got {mask.dtype}")
-    if torch.isnan(sim).any(): raise ValueError("sim contains NaN")
+
+def _row_blocks(sim: Tensor, mask: Tensor):
+    "Blocks of rows of (sim, mask), contiguous (a transposed input is copied one block at a time) and checked for NaN."
+    rows = max(1, _BLOCK // max(sim.shape[1], 1))
+    for s in range(0, len(sim), rows):
+        S, M = sim[s:s + rows].contiguous(), mask[s:s + rows].contiguous()
+        if torch.isnan(S).any(): raise ValueError(f"sim contains NaN (in rows {s}..{s + len(S) - 1})")
+        yield s, S, M
 
 def best_positive_rank(sim, positives) -> Tensor:
     "0-based rank of each query's best positive (ties ranked pessimistically); -1 for queries without a positive."
     sim, pos = _as_tensor(sim, "sim"), _as_tensor(positives, "positives")
     _check_pair(sim, pos, "positives")
-    rows = max(1, _BLOCK // max(sim.shape[1], 1))
     out = []
-    for s in range(0, len(sim), rows):
-        S, Pm = sim[s:s + rows], pos[s:s + rows]
-        best = S.masked_fill(~Pm, float("-inf")).max(1).values[:, None]
+    for _, S, Pm in _row_blocks(sim, pos):
+        best = torch.where(Pm, S, float("-inf")).amax(1, keepdim=True)
         rank = (S > best).sum(1) + ((S == best) & ~Pm).sum(1)
         out.append(torch.where(Pm.any(1), rank, -1))
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
@@ -130,6 +146,8 @@ def recall_at_k(sim, positives, ks: int | Sequence[int] = (1, 5, 10)) -> dict[in
     ks = [ks] if isinstance(ks, int) else list(ks)
     if not ks or any(k < 1 for k in ks): raise ValueError(f"ks must be positive integers, got {ks}")
     rank = best_positive_rank(sim, positives)
+    n_cand = _as_tensor(sim, "sim").shape[-1]
+    if max(ks) > n_cand: raise ValueError(f"K={max(ks)} is more than the {n_cand} candidates per query: recall would be 1 by construction")
     rank = rank[rank >= 0]
     if len(rank) == 0: raise ValueError("no query has a positive")
     return {k: float((rank < k).double().mean()) for k in ks}
@@ -139,11 +157,10 @@ def entail_at_k(sim, entailed, k: int = 5) -> float:
     sim, ent = _as_tensor(sim, "sim"), _as_tensor(entailed, "entailed")
     _check_pair(sim, ent, "entailed")
     if not 1 <= k <= sim.shape[1]: raise ValueError(f"k must be in [1, {sim.shape[1]}], got {k}")
-    rows = max(1, _BLOCK // max(sim.shape[1], 1))
     total = 0.0
-    for s in range(0, len(sim), rows):
-        idx = torch.sort(sim[s:s + rows], dim=1, descending=True, stable=True).indices[:, :k]
-        total += ent[s:s + rows].gather(1, idx).double().sum().item()
+    for _, S, E in _row_blocks(sim, ent):
+        idx = torch.sort(S, dim=1, descending=True, stable=True).indices[:, :k]
+        total += E.gather(1, idx).double().sum().item()
     return total / (k * len(sim))
 
 # %% ../nbs/05_metrics.ipynb #126f2dae
@@ -157,12 +174,16 @@ def phrase_scores(token_scores: Tensor, spans: Sequence[tuple[int, int]]) -> Ten
         out.append(ts[s:e].max(0).values)
     return torch.stack(out) if out else ts.new_zeros(0, ts.shape[1])
 
-def box_iou(a: Tensor, b: Tensor) -> Tensor:
-    "IoU of every box in `a` (n, 4) with every box in `b` (m, 4), boxes as [x1, y1, x2, y2]."
+def box_iou(a: Tensor, b: Tensor, pixel_inclusive: bool = False) -> Tensor:
+    """IoU of every box in `a` (n, 4) with every box in `b` (m, 4), boxes as [x1, y1, x2, y2].
+
+    Continuous by default (a box is the region between its corners: width x2 - x1). `pixel_inclusive=True` reads
+    the corners as the first and last pixel, width x2 - x1 + 1, as InfoGround's and Pascal VOC's code do."""
     a, b = _as_tensor(a, "boxes", torch.float64).reshape(-1, 4), _as_tensor(b, "boxes", torch.float64).reshape(-1, 4)
+    one = 1.0 if pixel_inclusive else 0.0
     lt = torch.maximum(a[:, None, :2], b[None, :, :2]); rb = torch.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = (rb - lt).clamp_min(0).prod(-1)
-    area = lambda x: (x[:, 2:] - x[:, :2]).clamp_min(0).prod(-1)
+    inter = (rb - lt + one).clamp_min(0).prod(-1)
+    area = lambda x: (x[:, 2:] - x[:, :2] + one).clamp_min(0).prod(-1)
     union = area(a)[:, None] + area(b)[None, :] - inter
     return torch.where(union > 0, inter / union.clamp_min(1e-12), 0.0)
 
@@ -174,8 +195,10 @@ def _points(points_or_heatmaps) -> Tensor:
         return torch.stack([flat % x.shape[2], flat // x.shape[2]], 1).double()
     raise ValueError(f"expected points (n, 2) or heatmaps (n, H, W), got shape {tuple(x.shape)}")
 
-def pointing_accuracy(points_or_heatmaps, boxes: Sequence, return_count: bool = False):
-    "Share of phrases whose predicted point lies inside one of its ground-truth boxes (phrases without a box skipped)."
+def pointing_accuracy(points_or_heatmaps, boxes: Sequence, return_count: bool = False, strict: bool = False):
+    """Share of phrases whose predicted point lies inside one of its ground-truth boxes (phrases without a box skipped).
+
+    A point on the border counts as inside; `strict=True` requires x1 < x < x2 and y1 < y < y2, as InfoGround's code."""
     pts = _points(points_or_heatmaps)
     if len(pts) != len(boxes): raise ValueError(f"{len(pts)} predictions but {len(boxes)} lists of boxes")
     hits = n = 0
@@ -183,19 +206,21 @@ def pointing_accuracy(points_or_heatmaps, boxes: Sequence, return_count: bool = 
         bx = _as_tensor(bx, "boxes", torch.float64).reshape(-1, 4)
         if len(bx) == 0: continue
         n += 1
-        hits += bool(((p[0] >= bx[:, 0]) & (p[0] <= bx[:, 2]) & (p[1] >= bx[:, 1]) & (p[1] <= bx[:, 3])).any())
+        lo, hi = (p > bx[:, :2], p < bx[:, 2:]) if strict else (p >= bx[:, :2], p <= bx[:, 2:])
+        hits += bool((lo & hi).all(1).any())
     if n == 0: raise ValueError("no phrase has a ground-truth box")
     return (hits / n, n) if return_count else hits / n
 
-def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequence[int] = (1, 5, 10), iou: float = 0.5):
-    "Recall@k over boxes: share of phrases with a ground-truth box overlapped (IoU >= iou) by one of the top-k predicted boxes."
+def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequence[int] = (1, 5, 10), iou: float = 0.5,
+                    pixel_inclusive: bool = False):
+    "Recall@k over boxes: share of phrases with a ground-truth box overlapped (IoU >= iou, `box_iou`) by one of the top-k predicted boxes."
     ks = [ks] if isinstance(ks, int) else list(ks)
     if len(ranked_boxes) != len(gt_boxes): raise ValueError(f"{len(ranked_boxes)} rankings but {len(gt_boxes)} lists of boxes")
     first_hit = []
     for rb, gb in zip(ranked_boxes, gt_boxes):
         gb = _as_tensor(gb, "gt_boxes", torch.float64).reshape(-1, 4)
         if len(gb) == 0: continue
-        ok = (box_iou(rb, gb) >= iou).any(1)
+        ok = (box_iou(rb, gb, pixel_inclusive) >= iou).any(1)
         first_hit.append(int(torch.nonzero(ok)[0]) if ok.any() else math.inf)
     if not first_hit: raise ValueError("no phrase has a ground-truth box")
     return {k: sum(h < k for h in first_hit) / len(first_hit) for k in ks}
