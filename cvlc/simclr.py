@@ -353,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if int(os.environ.get("RANK", "0")) == 0:
             path = save_encoder(model, cfg, Path(args.out) / "simclr_encoder.pt")
             print(f"{world_size} process(es): final loss {hist.series('loss')[1][-1]:.4f}; encoder saved to {path}")
+        if world_size > 1: dist.barrier()      # every rank done before gloo is torn down
     finally:
         if world_size > 1: dist.destroy_process_group()
     return 0

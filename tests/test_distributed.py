@@ -56,6 +56,7 @@ def _worker(rank, port, path):
         d = make_data()
         n = N // WORLD
         torch.save(run_cases(d, slice(rank * n, (rank + 1) * n), True), f"{path}/rank{rank}.pt")
+        dist.barrier()      # no rank tears gloo down while the other still talks to it (else an occasional SIGABRT)
     finally:
         dist.destroy_process_group()
 
@@ -126,6 +127,7 @@ def _step_worker(rank, port, path):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         torch.save(_trained_params(True), f"{path}/step{rank}.pt")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
