@@ -130,10 +130,23 @@ def _row_blocks(sim: Tensor, mask: Tensor):
         if torch.isnan(S).any(): raise ValueError(f"sim contains NaN (in rows {s}..{s + len(S) - 1})")
         yield s, S, M
 
+def _column_ranks(sim: Tensor, pos: Tensor) -> Tensor:
+    "best_positive_rank of the columns of sim (queries as columns): two passes over row blocks, so a transposed input is read in its own memory order."
+    best = sim.new_full((sim.shape[1],), float("-inf"))
+    for _, S, Pm in _row_blocks(sim, pos):
+        best = torch.maximum(best, torch.where(Pm, S, float("-inf")).amax(0))
+    rank, has = torch.zeros(sim.shape[1], dtype=torch.long), torch.zeros(sim.shape[1], dtype=torch.bool)
+    for _, S, Pm in _row_blocks(sim, pos):
+        rank += (S > best).sum(0) + ((S == best) & ~Pm).sum(0)
+        has |= Pm.any(0)
+    return torch.where(has, rank, -1)
+
 def best_positive_rank(sim, positives) -> Tensor:
     "0-based rank of each query's best positive (ties ranked pessimistically); -1 for queries without a positive."
     sim, pos = _as_tensor(sim, "sim"), _as_tensor(positives, "positives")
     _check_pair(sim, pos, "positives")
+    if sim.ndim == 2 and sim.stride(0) == 1 and sim.stride(1) != 1 and pos.stride(0) == 1:   # a transposed view (text -> image on sim.T)
+        return _column_ranks(sim.T, pos.T)
     out = []
     for _, S, Pm in _row_blocks(sim, pos):
         best = torch.where(Pm, S, float("-inf")).amax(1, keepdim=True)
