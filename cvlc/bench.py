@@ -92,7 +92,7 @@ def peak_rss_mb(fn: Callable[[], object]) -> float:
 
 def in_fresh_process(call: str) -> float | None:
     "Evaluate `call` (an expression over `cvlc.bench`'s names) in a fresh Python process and return its number; None if it fails."
-    r = subprocess.run([sys.executable, "-c", f"from cvlc.bench import *; from cvlc.bench import _recall_inputs; print({call})"],
+    r = subprocess.run([sys.executable, "-c", f"from cvlc.bench import *; print({call})"],
                        capture_output=True, text=True)
     return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
 

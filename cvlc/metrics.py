@@ -145,7 +145,7 @@ def best_positive_rank(sim, positives) -> Tensor:
     "0-based rank of each query's best positive (ties ranked pessimistically); -1 for queries without a positive."
     sim, pos = _as_tensor(sim, "sim"), _as_tensor(positives, "positives")
     _check_pair(sim, pos, "positives")
-    if sim.ndim == 2 and sim.stride(0) == 1 and sim.stride(1) != 1 and pos.stride(0) == 1:   # a transposed view (text -> image on sim.T)
+    if sim.stride(0) == 1 and sim.stride(1) != 1 and pos.stride(0) == 1:   # a transposed view (text -> image on sim.T)
         return _column_ranks(sim.T, pos.T)
     out = []
     for _, S, Pm in _row_blocks(sim, pos):

@@ -227,18 +227,16 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     model = RPMSolver(size or images.shape[-1], config.dim, config.hidden, config.reasoner, aux_bits(config.method), widths=config.widths)
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=get("puzzles") if config.augment else None, augment_panels=config.augment)
-    phases = ([("ce", "aux", "mlc")], [config.epochs])
+    phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
     if config.three_phase:
         e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2
-        phases = ([("aux", "mlc"), ("ce",), ("ce",)], [e1, e2, config.epochs - e1 - e2])
-    learn = make_learner(model, dl, None, lambda out, b: rpm_loss(out, b, config), lr=config.lr,
-                         cbs=[Checkpoint(checkpoint)] if checkpoint is not None else [])
+        phases = [(("aux", "mlc"), e1, False), (("ce",), e2, True), (("ce",), config.epochs - e1 - e2, False)]
+    loss_of = lambda parts: (lambda out, b: rpm_loss(out, b, config, parts))
+    learn = make_learner(model, dl, None, loss_of(phases[0][0]), lr=config.lr, cbs=[Checkpoint(checkpoint)] if checkpoint is not None else [])
     rows = []
-    for k, (parts, epochs) in enumerate(zip(*phases)):
-        learn.loss_func = lambda out, b, parts=parts: rpm_loss(out, b, config, parts)
-        for prm in model.parameters(): prm.requires_grad_(not (config.three_phase and k == 1))
-        if config.three_phase and k == 1:
-            for prm in model.psi.parameters(): prm.requires_grad_(True)
+    for parts, epochs, psi_only in phases:
+        learn.loss_func = loss_of(parts)
+        for name, prm in model.named_parameters(): prm.requires_grad_(not psi_only or name.startswith("psi."))
         _fit(learn, epochs, progress)
         rows += learn.history.rows
     for prm in model.parameters(): prm.requires_grad_(True)
