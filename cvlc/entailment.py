@@ -35,7 +35,7 @@ from .core import seed_everything
 from .losses import contrastive
 from .metrics import entail_at_k, precision_recall_fbeta, recall_at_k
 from .models import ProjectionHead, VisualStream, masked_mean
-from .training import WeakPositives, make_learner
+from .training import WeakPositives, embed, make_learner
 from .world import ATTRS, LF, caption_text, entails, truth_matrix
 
 # %% ../nbs/15_entailment.ipynb #e15c0015
@@ -71,7 +71,9 @@ def _hypothesis(kind: str, prem: list, rest: list, negs: dict, pool: list, rng):
     if kind == "generalised":
         lf = weaken(prem[int(rng.random() * len(prem))].lf, rng)
         return None if lf is None else (lf, caption_text(lf, rng)[0].text)
-    cands = {"linked": rest, "edited": [n for p in prem for n in negs.get(p.caption_id, [])], "other": pool}[kind]
+    if kind == "linked": cands = rest
+    elif kind == "edited": cands = [n for p in prem for n in negs.get(p.caption_id, [])]
+    else: cands = pool
     if not cands: return None
     c = cands[int(rng.random() * len(cands))]
     return c.lf, c.text
@@ -215,15 +217,21 @@ class EntailmentClassifier(nn.Module):
         h, m = h.reshape(B, Pn * h.shape[1], -1), m.reshape(B, -1)
         return torch.cat([self.empty.expand(B, -1, -1), h], 1), torch.cat([m.new_ones(B, 1), m], 1)
 
-    def visual_memory(self, images: Tensor) -> Tensor:
-        if not self.freeze_visual: return self.visual.tokens(images)
-        self.visual.eval()                                               # frozen: its normalisation statistics too
-        with torch.no_grad(): return self.visual.tokens(images)
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.freeze_visual: self.visual.eval()                        # frozen: its normalisation statistics too
+        return self
+
+    def ve(self, hyp: tuple[Tensor, Tensor], images: Tensor) -> tuple[Tensor, Tensor]:
+        "The visual module: h_v and the [CLS] attention over the image grid."
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_visual):
+            memory = self.visual.tokens(images)
+        return self.read_v(*hyp, memory)
 
     def forward(self, b: dict) -> dict:
         hyp = self.text(b["hypothesis"])
         h_t, _ = self.read_t(*hyp, *self.premise(b["premise"]))
-        h_v, attn = self.read_v(*hyp, self.visual_memory(b["image"]))
+        h_v, attn = self.ve(hyp, b["image"])
         return dict(t=self.head_t(h_t), v=self.head_v(h_v), m=self.head_m(self.gate(h_t, h_v)), attn=attn)
 
 # %% ../nbs/15_entailment.ipynb #e15c0035
@@ -255,6 +263,12 @@ def concat_sets(sets: Sequence[dict]) -> dict:
     return {k: torch.cat([F.pad(s[k], (0, Pn - s[k].shape[1]), value=-1) if k == "premise" else s[k] for s in sets]) for k in sets[0]}
 
 # %% ../nbs/15_entailment.ipynb #e15c0037
+def _index_batches(n: int, batch_size: int, generator: torch.Generator, shuffle: bool = True):
+    "Index tensors of the batches of one epoch: a fresh permutation (whole batches only) or, unshuffled, every index in order."
+    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+    stop = n // batch_size * batch_size if shuffle else n
+    for s in range(0, stop, batch_size): yield order[s:s + batch_size]
+
 class EntailmentBatches:
     "Batches of an entailment set: each epoch shuffled with its own generator (or in order); images looked up, TE images black."
     def __init__(self, data: dict, images: Tensor, batch_size: int, seed: int = 0, shuffle: bool = True):
@@ -263,9 +277,8 @@ class EntailmentBatches:
         if self.n < (batch_size if shuffle else 1): raise ValueError(f"{self.n} examples are fewer than one batch of {batch_size}")
     def __len__(self) -> int: return self.n // self.bs if self.shuffle else math.ceil(self.n / self.bs)
     def __iter__(self):
-        order = torch.randperm(self.n, generator=self.g) if self.shuffle else torch.arange(self.n)
-        for s in range(0, len(self) * self.bs, self.bs):
-            b = {k: v[order[s:s + self.bs]] for k, v in self.data.items()}
+        for idx in _index_batches(self.n, self.bs, self.g, self.shuffle):
+            b = {k: v[idx] for k, v in self.data.items()}
             b["image"] = self.images[b["img"]].masked_fill(b["black"][:, None, None, None], 0.0)
             yield b
 
@@ -290,17 +303,21 @@ class ImageMasking(Callback):
         b = self.learn.xb[0]
         pick = ((b["theta"][:, 1] > 0) & (b["y"] == 1)).nonzero().flatten()[:self.per_batch]
         if len(pick) == 0: return
-        m = self.learn.model
-        with torch.no_grad():
+        m, extra = self.learn.model, {k: v[pick] for k, v in b.items()}
+        with torch.no_grad():                                            # only the visual module's attention is needed
             was = m.training; m.eval()
-            attn = m(dict({k: v[pick] for k, v in b.items()}))["attn"]
+            attn = m.ve(m.text(extra["hypothesis"]), extra["image"])[1]
             m.train(was)
-        extra = {k: v[pick] for k, v in b.items()}
         extra["image"], extra["y"] = mask_patches(extra["image"], attn, self.ratio), torch.zeros_like(extra["y"])
         nb = {k: torch.cat([v, extra[k]]) for k, v in b.items()}
         self.learn.xb = self.learn.yb = (nb,)
 
 # %% ../nbs/15_entailment.ipynb #e15c0041
+def _fit(model: nn.Module, dl, loss_func: Callable, config, cbs: Sequence[Callback] = ()) -> None:
+    "Train quietly for about `config.steps` updates (whole epochs of `dl`, one-cycle schedule at config.lr, AdamW weight decay config.wd)."
+    learn = make_learner(model, dl, None, loss_func, lr=config.lr, wd=config.wd, cbs=cbs)
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(config.steps / len(dl))), config.lr)
+
 @dataclass
 class ClassifierConfig:
     "Training settings of the entailment classifier (the paper: AdamW, weight decay 0.02, lr 2e-5 for BERT / ALBEF)."
@@ -329,9 +346,7 @@ def train_classifier(data: dict, images: Tensor, text: nn.Module, config: Classi
     seed_everything(seed)
     model = EntailmentClassifier(text, config.dim, visual=copy.deepcopy(visual) if visual is not None else None,
                                  freeze_visual=config.freeze_visual and visual is not None)
-    dl = EntailmentBatches(data, images, config.batch_size, seed)
-    learn = make_learner(model, dl, None, entailment_loss, lr=config.lr, wd=config.wd, cbs=[ImageMasking()] if config.masking else [])
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(config.steps / len(dl))), config.lr)
+    _fit(model, EntailmentBatches(data, images, config.batch_size, seed), entailment_loss, config, [ImageMasking()] if config.masking else [])
     return model
 
 # %% ../nbs/15_entailment.ipynb #e15c0043
@@ -372,9 +387,8 @@ class PairBatches:
         else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])                  # + another caption of the same image
         return dict(image=self.images[img], caption=self.cids[cap], entailed=ent, img=img)
     def __iter__(self):
-        order = torch.randperm(len(self.pairs), generator=self.g)
-        for s in range(0, len(self) * self.bs, self.bs):
-            p = self.pairs[order[s:s + self.bs]]
+        for idx in _index_batches(len(self.pairs), self.bs, self.g):
+            p = self.pairs[idx]
             yield self.batch(p[:, 0], p[:, 1])
 
 class _Repeat:
@@ -414,18 +428,14 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
     seed_everything(seed)
     model = DualEncoder(bank)
     dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed)
-    cbs = [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else []
-    learn = make_learner(model, dl, None, retrieval_loss, lr=config.lr, wd=config.wd, cbs=cbs)
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(config.steps / len(dl))), config.lr)
+    _fit(model, dl, retrieval_loss, config, [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [])
     return model
 
-@torch.no_grad()
 def similarity(model: DualEncoder, images: Tensor, caption_ids: Tensor, batch_size: int = 256) -> Tensor:
-    "Cosine similarities (images x captions)."
+    "Cosine similarities (images x captions), on the CPU."
     model.eval()
-    I = torch.cat([model.encode_image(images[s:s + batch_size]) for s in range(0, len(images), batch_size)])
-    T = torch.cat([model.encode_text(caption_ids[s:s + batch_size]) for s in range(0, len(caption_ids), batch_size)])
-    return I @ T.T
+    dev = model.logit_scale.device
+    return embed(model.encode_image, images, batch_size, dev) @ embed(model.encode_text, caption_ids, batch_size, dev).T
 
 def retrieval_report(sim: Tensor, linked: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """TR@K / IR@K against the linked captions and against the exact truth, Entail@10/30 (Eq. 13) and the mean share of
