@@ -339,12 +339,13 @@ def predict_entailment(model: EntailmentClassifier, data: dict, images: Tensor, 
         for k in "tvm": outs[k].append(o[k].softmax(-1)[:, 1])
     return {k: torch.cat(v) for k, v in outs.items()}
 
-def train_classifier(data: dict, images: Tensor, text: nn.Module, config: ClassifierConfig | None = None, seed: int = 0,
-                     visual: VisualStream | None = None) -> EntailmentClassifier:
-    "Train an EntailmentClassifier on a (concatenated) entailment set for about `config.steps` updates (one-cycle schedule)."
+def train_classifier(data: dict, images: Tensor, bank: SentenceBank, config: ClassifierConfig | None = None, seed: int = 0,
+                     visual: VisualStream | None = None, text: Callable[[SentenceBank, int], nn.Module] = BankText) -> EntailmentClassifier:
+    """Train an EntailmentClassifier on a (concatenated) entailment set for about `config.steps` updates (one-cycle schedule);
+    its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight."""
     config = config or ClassifierConfig()
     seed_everything(seed)
-    model = EntailmentClassifier(text, config.dim, visual=copy.deepcopy(visual) if visual is not None else None,
+    model = EntailmentClassifier(text(bank, config.dim), config.dim, visual=copy.deepcopy(visual) if visual is not None else None,
                                  freeze_visual=config.freeze_visual and visual is not None)
     _fit(model, EntailmentBatches(data, images, config.batch_size, seed), entailment_loss, config, [ImageMasking()] if config.masking else [])
     return model
