@@ -7,13 +7,14 @@ Docs: https://cvlc-course.github.io/cvlc/models.html.md"""
 # %% auto #0
 __all__ = ['conv_block', 'LearnedPos2D', 'VisualStream', 'roi_align', 'object_boxes', 'WordTokenizer', 'span_tokens',
            'masked_mean', 'TextEncoder', 'minilm_path', 'quiet_hf', 'freeze_bert', 'count_parameters', 'HFTextEncoder',
-           'tiny_bert', 'ProductFusion', 'MultimodalTransformer', 'ProjectionHead']
+           'SentenceBank', 'prefix_encoder', 'BertTop', 'tiny_bert', 'ProductFusion', 'MultimodalTransformer',
+           'ProjectionHead']
 
 # %% ../nbs/06_models.ipynb #23b71935
-import contextlib, json, math, re, warnings
+import contextlib, copy, json, math, re, warnings
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
@@ -306,6 +307,81 @@ class HFTextEncoder(nn.Module):
         dev = next(self.model.parameters()).device
         inputs = {k: v.to(dev) for k, v in tokens.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         return self.model(**inputs).last_hidden_state, inputs["attention_mask"].bool()
+
+# %% ../nbs/06_models.ipynb #m06sb002
+class SentenceBank:
+    "Token states of every sentence under a frozen text encoder, computed once; `bank(ids)` gives (states, mask) for sentence ids."
+    def __init__(self, encoder: Callable, sentences: Sequence[str], batch_size: int = 256, dtype: torch.dtype = torch.half):
+        uniq = sorted(set(sentences), key=lambda s: (len(s), s))              # similar lengths batch with little padding
+        if not uniq: raise ValueError("no sentences")
+        self.index = {s: i for i, s in enumerate(uniq)}
+        parts = []
+        if hasattr(encoder, "eval"): encoder.eval()
+        with torch.inference_mode():
+            for s in range(0, len(uniq), batch_size): parts.append(encoder(uniq[s:s + batch_size]))
+        T = max(h.shape[1] for h, _ in parts)
+        self.states = torch.zeros(len(uniq), T, parts[0][0].shape[-1], dtype=dtype)
+        self.mask = torch.zeros(len(uniq), T, dtype=torch.bool)
+        o = 0
+        for h, m in parts:
+            self.states[o:o + len(h), :h.shape[1]] = h.to(dtype); self.mask[o:o + len(h), :h.shape[1]] = m.bool(); o += len(h)
+        self.dim = self.states.shape[-1]
+
+    def __len__(self) -> int: return len(self.index)
+
+    def ids(self, sentences: Sequence[str]) -> Tensor:
+        "Sentence ids (a sentence the bank has not seen is an error, not a silent [UNK])."
+        missing = [s for s in sentences if s not in self.index]
+        if missing: raise KeyError(f"{len(missing)} sentences are not in the bank, e.g. {missing[0]!r}")
+        return torch.tensor([self.index[s] for s in sentences], dtype=torch.long)
+
+    def __call__(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        "States (B, T, dim) float32 and mask (B, T), cut to the longest of these sentences."
+        m = self.mask[ids.cpu()]
+        T = max(int(m.sum(-1).max()), 1) if m.numel() else 1
+        return self.states[ids.cpu(), :T].float(), m[:, :T]
+
+def prefix_encoder(encoder: "HFTextEncoder", k: int) -> Callable[[Sequence[str]], tuple[Tensor, Tensor]]:
+    "texts -> (hidden states below the top `k` encoder layers, attention mask): what a `BertTop(encoder, k)` reads."
+    n = len(_bert_layers(encoder.model))
+    if not 0 <= k <= n: raise ValueError(f"k must be in [0, {n}] for a {n}-layer model, got {k}")
+    def run(texts):
+        tok = encoder.tokenize(texts)
+        dev = next(encoder.model.parameters()).device
+        inputs = {a: v.to(dev) for a, v in tok.items() if a in ("input_ids", "attention_mask", "token_type_ids")}
+        out = encoder.model(**inputs, output_hidden_states=True)
+        return out.hidden_states[n - k], inputs["attention_mask"].bool()
+    return run
+
+class BertTop(nn.Module):
+    """A copy of the top `k` encoder layers of a BERT-like model, run on cached states (B, T, d) with their mask;
+    `freeze_qk` freezes each layer's attention query and key (VG-BERT A.2), `freeze_lower(n)` the lowest n of the k."""
+    def __init__(self, encoder: "HFTextEncoder | nn.Module", k: int, freeze_qk: bool = False):
+        super().__init__()
+        layers = _bert_layers(getattr(encoder, "model", encoder))
+        if not 1 <= k <= len(layers): raise ValueError(f"k must be in [1, {len(layers)}], got {k}")
+        self.layers = copy.deepcopy(layers[len(layers) - k:])
+        self.layers.requires_grad_(True)
+        if freeze_qk:
+            for l in self.layers:
+                for p in [*l.attention.self.query.parameters(), *l.attention.self.key.parameters()]: p.requires_grad_(False)
+        self.dim = self.layers[0].attention.self.query.in_features
+
+    def freeze_lower(self, n: int) -> "BertTop":
+        "Freeze the lowest `n` of these layers (VG-BERT's stage 3 trains fewer layers than stage 2)."
+        if not 0 <= n <= len(self.layers): raise ValueError(f"n must be in [0, {len(self.layers)}], got {n}")
+        for l in self.layers[:n]: l.requires_grad_(False)
+        return self
+
+    def forward(self, states: Tensor, mask: Tensor) -> Tensor:
+        if states.ndim != 3 or states.shape[-1] != self.dim: raise ValueError(f"states must be (B, T, {self.dim}), got {tuple(states.shape)}")
+        if mask.shape != states.shape[:2]: raise ValueError(f"mask must be {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
+        add = torch.zeros(mask.shape, dtype=states.dtype, device=states.device).masked_fill(~mask.bool(), torch.finfo(states.dtype).min)
+        h = states
+        for l in self.layers:
+            h = l(h, add[:, None, None, :])
+            if isinstance(h, tuple): h = h[0]                       # older transformers return a tuple
+        return h
 
 # %% ../nbs/06_models.ipynb #c5d12fd0
 def tiny_bert(folder, words: Iterable[str], hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0) -> str:
