@@ -29,13 +29,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 from fastai.callback.core import Callback
-import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
 
 from .core import seed_everything
 from .losses import contrastive
 from .metrics import entail_at_k, precision_recall_fbeta, recall_at_k
 from .models import ProjectionHead, SentenceBank, VisualStream, masked_mean
-from .training import WeakPositives, embed, make_learner
+from .training import WeakPositives, embed, fit_steps, index_batches
 from .world import ATTRS, LF, caption_text, entails, truth_matrix
 
 # %% ../nbs/15_entailment.ipynb #e15c0015
@@ -230,12 +229,6 @@ def concat_sets(sets: Sequence[dict]) -> dict:
     return {k: torch.cat([F.pad(s[k], (0, Pn - s[k].shape[1]), value=-1) if k == "premise" else s[k] for s in sets]) for k in sets[0]}
 
 # %% ../nbs/15_entailment.ipynb #e15c0037
-def _index_batches(n: int, batch_size: int, generator: torch.Generator, shuffle: bool = True):
-    "Index tensors of the batches of one epoch: a fresh permutation (whole batches only) or, unshuffled, every index in order."
-    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-    stop = n // batch_size * batch_size if shuffle else n
-    for s in range(0, stop, batch_size): yield order[s:s + batch_size]
-
 class EntailmentBatches:
     "Batches of an entailment set: each epoch shuffled with its own generator (or in order); images looked up, TE images black."
     def __init__(self, data: dict, images: Tensor, batch_size: int, seed: int = 0, shuffle: bool = True):
@@ -244,7 +237,7 @@ class EntailmentBatches:
         if self.n < (batch_size if shuffle else 1): raise ValueError(f"{self.n} examples are fewer than one batch of {batch_size}")
     def __len__(self) -> int: return self.n // self.bs if self.shuffle else math.ceil(self.n / self.bs)
     def __iter__(self):
-        for idx in _index_batches(self.n, self.bs, self.g, self.shuffle):
+        for idx in index_batches(self.n, self.bs, self.g, self.shuffle):
             b = {k: v[idx] for k, v in self.data.items()}
             b["image"] = self.images[b["img"]].masked_fill(b["black"][:, None, None, None], 0.0)
             yield b
@@ -280,11 +273,6 @@ class ImageMasking(Callback):
         self.learn.xb = self.learn.yb = (nb,)
 
 # %% ../nbs/15_entailment.ipynb #e15c0041
-def _fit(model: nn.Module, dl, loss_func: Callable, config, cbs: Sequence[Callback] = ()) -> None:
-    "Train quietly for about `config.steps` updates (whole epochs of `dl`, one-cycle schedule at config.lr, AdamW weight decay config.wd)."
-    learn = make_learner(model, dl, None, loss_func, lr=config.lr, wd=config.wd, cbs=cbs)
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(config.steps / len(dl))), config.lr)
-
 @dataclass
 class ClassifierConfig:
     "Training settings of the entailment classifier (the paper: AdamW, weight decay 0.02, lr 2e-5 for BERT / ALBEF)."
@@ -314,7 +302,8 @@ def train_classifier(data: dict, images: Tensor, bank: SentenceBank, config: Cla
     seed_everything(seed)
     model = EntailmentClassifier(text(bank, config.dim), config.dim, visual=copy.deepcopy(visual) if visual is not None else None,
                                  freeze_visual=config.freeze_visual and visual is not None)
-    _fit(model, EntailmentBatches(data, images, config.batch_size, seed), entailment_loss, config, [ImageMasking()] if config.masking else [])
+    fit_steps(model, EntailmentBatches(data, images, config.batch_size, seed), entailment_loss, config.steps, config.lr, config.wd,
+              [ImageMasking()] if config.masking else [])
     return model
 
 # %% ../nbs/15_entailment.ipynb #e15c0043
@@ -355,7 +344,7 @@ class PairBatches:
         else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])                  # + another caption of the same image
         return dict(image=self.images[img], caption=self.cids[cap], entailed=ent, img=img)
     def __iter__(self):
-        for idx in _index_batches(len(self.pairs), self.bs, self.g):
+        for idx in index_batches(len(self.pairs), self.bs, self.g):
             p = self.pairs[idx]
             yield self.batch(p[:, 0], p[:, 1])
 
@@ -396,7 +385,7 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
     seed_everything(seed)
     model = DualEncoder(bank)
     dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed)
-    _fit(model, dl, retrieval_loss, config, [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [])
+    fit_steps(model, dl, retrieval_loss, config.steps, config.lr, config.wd, [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [])
     return model
 
 def similarity(model: DualEncoder, images: Tensor, caption_ids: Tensor, batch_size: int = 256) -> Tensor:

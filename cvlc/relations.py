@@ -7,11 +7,11 @@ Docs: https://cvlc-course.github.io/cvlc/vgbert.html.md"""
 # %% auto #0
 __all__ = ['presence_targets', 'PresenceClassifier', 'presence_loss', 'StageConfig', 'train_presence', 'match_map',
            'match_similarity', 'content_mask', 'grounding_loss', 'BankLanguage', 'freeze_cnn', 'GroundingModel',
-           'CaptionBatches', 'retrieval_matrix', 'retrieval_report', 'train_grounding', 'object_class',
+           'CaptionBatches', 'retrieval_matrix', 'retrieval_recall', 'train_grounding', 'object_class',
            'relation_examples', 'RelationBatches', 'CrossModalAttention', 'BilinearRelations', 'relation_losses',
            'RelationalGrounding', 'relational_loss', 'relation_report', 'train_relations', 'word_vectors',
            'standardize', 'principal_axes', 'modified_silhouette', 'neighbours', 'composition_rank', 'SearchHeads',
-           'search_features', 'search_query', 'occlusion_map']
+           'image_keys', 'text_queries', 'search_query', 'occlusion_map']
 
 # %% ../nbs/14_vgbert.ipynb #v14c0005
 from .core import require_extra
@@ -28,13 +28,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
-import fastai.callback.schedule  # noqa: F401  (adds Learner.fit_one_cycle)
 
 from .core import seed_everything
 from .losses import bidirectional_nce, contrastive, cross_modal_nce
 from .metrics import recall_at_k, topk_accuracy
-from .models import BertTop, SentenceBank, VisualStream
-from .training import make_learner
+from .models import BertTop, SentenceBank, VisualStream, masked_mean
+from .training import embed, fit_steps, index_batches
 from .world import COLORS, PREDICATES, SHAPES, SceneTruth, desc_words, unique_desc
 
 # %% ../nbs/14_vgbert.ipynb #v14c0050
@@ -63,10 +62,8 @@ class StageConfig:
     wd: float = 5e-7
 
 def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list[float]:
-    "About `config.steps` updates of whole epochs of `dl` (one-cycle schedule, Adam); returns the per-step losses."
-    learn = make_learner(model, dl, None, loss_func, lr=config.lr, wd=config.wd)
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(config.steps / max(len(dl), 1))), config.lr)
-    return learn.history.series("loss")[1].tolist()
+    "About `config.steps` updates of whole epochs of `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
+    return fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd).history.series("loss")[1].tolist()
 
 class _Batches:
     "Shuffled dict batches of aligned tensors."
@@ -75,8 +72,7 @@ class _Batches:
         self.n = len(next(iter(tensors.values())))
     def __len__(self) -> int: return self.n // self.bs
     def __iter__(self):
-        order = torch.randperm(self.n, generator=self.g)
-        for s in range(0, len(self) * self.bs, self.bs): yield {k: v[order[s:s + self.bs]] for k, v in self.t.items()}
+        for idx in index_batches(self.n, self.bs, self.g): yield {k: v[idx] for k, v in self.t.items()}
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
                    dim: int = 128) -> PresenceClassifier:
@@ -200,7 +196,7 @@ def retrieval_matrix(model: GroundingModel, images: Tensor, text: Tensor, batch_
         cols.append(match_similarity(V, L, m, model.reduce))
     return torch.cat(cols, 1).cpu()
 
-def retrieval_report(sim: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+def retrieval_recall(sim: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     "Image-to-text and text-to-image Recall@K with every true pair a positive (the world's truth matrix, images x texts)."
     i2t, t2i = recall_at_k(sim, truth, ks), recall_at_k(sim.T, truth.T, ks)
     return {**{f"i2t@{k}": v for k, v in i2t.items()}, **{f"t2i@{k}": v for k, v in t2i.items()}}
@@ -261,10 +257,7 @@ class RelationBatches:
         return t[torch.arange(len(t)) - first < self.per_image]
 
     def __iter__(self):
-        n = len(self.ids)
-        order = torch.randperm(n, generator=self.rng) if self.shuffle else torch.arange(n)
-        for s in range(0, len(self) * self.bs, self.bs):
-            idx = order[s:s + self.bs]
+        for idx in index_batches(len(self.ids), self.bs, self.rng, self.shuffle):
             holds = self.data["holds"][idx]
             yield {"images": self.images[self.data["image"][idx]], "objects": self.ids[idx], "classes": self.data["classes"][idx],
                    "holds": holds, "triplets": self._triplets(holds)}
@@ -326,10 +319,6 @@ def relation_losses(scores: Tensor, triplets: Tensor, holds: Tensor, temperature
     return {"rel": rel, "obj": obj}
 
 # %% ../nbs/14_vgbert.ipynb #v14c0044
-def _masked_mean(h: Tensor, m: Tensor) -> Tensor:
-    w = m.to(h.dtype)[..., None]
-    return (h * w).sum(1) / w.sum(1).clamp_min(1)
-
 class RelationalGrounding(nn.Module):
     """Fig. 2: object phrases through the language stream (mean of their word tokens), the visual grid, cross-modal
     attention (object queries, grid keys and values), bilinear relation scores and an auxiliary object classifier
@@ -348,7 +337,7 @@ class RelationalGrounding(nn.Module):
         out = torch.zeros(*ids.shape, self.language.dim, device=next(self.parameters()).device)
         if valid.any():
             h, m = self.language(ids[valid])
-            out[valid.to(out.device)] = _masked_mean(h, content_mask(m))
+            out[valid.to(out.device)] = masked_mean(h, content_mask(m))
         return out, valid.to(out.device)
 
     def forward(self, batch: dict) -> dict[str, Tensor]:
@@ -403,7 +392,7 @@ def train_relations(visual: VisualStream, language: BankLanguage, data: dict, im
 def word_vectors(language: Callable[[Tensor], tuple[Tensor, Tensor]], ids: Tensor, batch_size: int = 512) -> Tensor:
     "App. B: a word (or phrase) as `[CLS] word [SEP]` through the language stream, mean-pooled over the last layer's tokens."
     if hasattr(language, "eval"): language.eval()
-    return torch.cat([_masked_mean(*language(ids[s:s + batch_size])).cpu() for s in range(0, len(ids), batch_size)])
+    return torch.cat([masked_mean(*language(ids[s:s + batch_size])).cpu() for s in range(0, len(ids), batch_size)])
 
 def standardize(x: Tensor, reference: Tensor) -> Tensor:
     "App. B: z-score each feature with the mean and std of a reference set (the model's vocabulary), since a few channels dominate."
@@ -457,21 +446,23 @@ class SearchHeads(nn.Module):
         self.fv = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.fl = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
     def image(self, keys: Tensor) -> Tensor: return F.normalize(self.fv(keys).mean(1), dim=-1)
-    def text(self, queries: Tensor, mask: Tensor) -> Tensor: return F.normalize(_masked_mean(self.fl(queries), mask), dim=-1)
+    def text(self, queries: Tensor, mask: Tensor) -> Tensor: return F.normalize(masked_mean(self.fl(queries), mask), dim=-1)
     def forward(self, batch: dict) -> tuple[Tensor, Tensor]: return self.image(batch["keys"]), self.text(batch["queries"], batch["mask"])
 
 @torch.no_grad()
-def search_features(model: RelationalGrounding, images: Tensor | None = None, text: Tensor | None = None, batch_size: int = 256):
-    "The frozen model's Key_V of images (N, locations, dim) and Query_L of texts (N, T, dim) with their word masks."
+def image_keys(model: RelationalGrounding, images: Tensor, batch_size: int = 256) -> Tensor:
+    "The frozen model's cross-attention keys Key_V of images, (N, locations, dim), on the CPU."
+    return embed(lambda x: model.attend.k(model.visual.tokens(x)), images, batch_size, next(model.parameters()).device)
+
+@torch.no_grad()
+def text_queries(model: RelationalGrounding, text: Tensor, batch_size: int = 256) -> tuple[Tensor, Tensor]:
+    "The frozen model's cross-attention queries Query_L of texts (sentence ids), (N, T, dim), and their word masks, on the CPU."
     model.eval()
-    keys = None if images is None else torch.cat([model.attend.k(model.visual.tokens(images[s:s + batch_size])) for s in range(0, len(images), batch_size)])
-    if text is None: return keys
     qs, ms = [], []
     for s in range(0, len(text), batch_size):
-        h, m = model.language(text[s:s + batch_size]); qs.append(model.attend.q(h)); ms.append(content_mask(m))
+        h, m = model.language(text[s:s + batch_size]); qs.append(model.attend.q(h).cpu()); ms.append(content_mask(m).cpu())
     T = max(q.shape[1] for q in qs)
-    q = torch.cat([F.pad(x, (0, 0, 0, T - x.shape[1])) for x in qs]); m = torch.cat([F.pad(x, (0, T - x.shape[1])) for x in ms])
-    return keys, q, m
+    return torch.cat([F.pad(q, (0, 0, 0, T - q.shape[1])) for q in qs]), torch.cat([F.pad(m, (0, T - m.shape[1])) for m in ms])
 
 def search_query(q_image: Tensor, q_text: Tensor, alpha: float) -> Tensor:
     "Eq. 7 / 18: (1 - alpha) Q_I + alpha Q_W, from image only (alpha = 0) to text only (alpha = 1)."
