@@ -6,7 +6,7 @@ Docs: https://cvlc-course.github.io/cvlc/paraphrase.html.md"""
 
 # %% auto #0
 __all__ = ['MAX_QUESTION_TOKENS', 'THRESHOLD', 'KEEP', 'question_key', 'dedupe', 'load_seq2seq', 'translate', 'back_translate',
-           'tiny_marian', 'SimilarityFilter', 'paraphrase_table', 'WorldParaphraser']
+           'tiny_marian', 'SimilarityFilter', 'text_of', 'paraphrase_table', 'WorldParaphraser']
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0005
 from .core import require_extra
@@ -17,6 +17,7 @@ import hashlib
 import json
 import random
 import re
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -110,7 +111,9 @@ class SimilarityFilter:
     "Sentence-BERT cosine similarity (the packaged all-MiniLM-L6-v2 by default) and ConClaT's filter: keep candidates with cos >= threshold."
     def __init__(self, model: str | None = None, threshold: float = THRESHOLD, batch_size: int = 256, device=None):
         if not -1 <= threshold <= 1: raise ValueError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
-        from sentence_transformers import SentenceTransformer
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's notebook check, via sentence-transformers
+            from sentence_transformers import SentenceTransformer
         with quiet_hf(): self.model = SentenceTransformer(model or minilm_path(), device=str(device or "cpu"))
         self.threshold, self.batch_size = threshold, batch_size
 
@@ -142,7 +145,8 @@ class SimilarityFilter:
         return [[c for c, v in zip(cs, s) if v >= self.threshold] for cs, s in zip(candidates, self.scores(originals, candidates))]
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0025
-def _text(q) -> str:
+def text_of(q) -> str:
+    "A question's text: the string itself, or a world `Question`'s `.text`, or a `VQAQuestion`'s `.question`."
     t = q if isinstance(q, str) else getattr(q, "text", None) or getattr(q, "question", None)
     if not isinstance(t, str): raise TypeError(f"a question must be a string or have .text / .question, got {type(q).__name__}")
     return t
@@ -162,10 +166,10 @@ def paraphrase_table(questions: Sequence, generate: Callable[[Sequence], list[li
     if path is not None and path.exists():
         saved = json.loads(path.read_text())
         if saved.get("key") == key: done = saved["table"]
-    todo = [q for t, q in dict((_text(q), q) for q in questions).items() if t not in done]
+    todo = [q for t, q in dict((text_of(q), q) for q in questions).items() if t not in done]
     for s in maybe_progress(range(0, len(todo), chunk), progress, len(todo), threshold=2 * chunk):
         part = todo[s:s + chunk]
-        texts, cands = [_text(q) for q in part], generate(part)
+        texts, cands = [text_of(q) for q in part], generate(part)
         if len(cands) != len(part): raise ValueError(f"generate returned {len(cands)} candidate lists for {len(part)} questions")
         cands = [dedupe(t, cs) for t, cs in zip(texts, cands)]
         if filt is not None: cands = filt(texts, cands)
@@ -173,7 +177,7 @@ def paraphrase_table(questions: Sequence, generate: Callable[[Sequence], list[li
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(path, json.dumps({"key": key, "table": done}).encode())
-    return {_text(q): done[_text(q)] for q in questions}
+    return {text_of(q): done[text_of(q)] for q in questions}
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0029
 class WorldParaphraser:
