@@ -280,10 +280,9 @@ def ssc_loss(s: float = 20.0, temperature: float = 0.5, dynamic: bool = False) -
 def dmt_loss(model: "VQAModel", base_margin: float = 0.1, scale: float = 0.5) -> Callable:
     "Dynamic-margin triplet loss on curated triplets (reference, its paraphrase or else its positive, negative); answer embeddings: the classifier's output rows."
     def loss(out: Mapping, b: Mapping) -> Tensor:
-        ref, neg = b["ref"], b["neg"]
-        has_ref = ref >= 0
-        pos = torch.where(b["para"][ref.clamp_min(0)] >= 0, b["para"][ref.clamp_min(0)], b["pos"])
-        keep = has_ref & (neg >= 0) & (pos >= 0)
+        ref, neg = b["ref"], b["neg"]                                        # every triplet has its reference
+        pos = torch.where(b["para"][ref] >= 0, b["para"][ref], b["pos"])
+        keep = (neg >= 0) & (pos >= 0)
         if not keep.any(): return out["z"].sum() * 0                       # no triplet in this batch
         ref, pos, neg = ref[keep], pos[keep], neg[keep]
         W, z, y = model.classifier[-1].weight, out["z"], b["labels"]
