@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.cvlc-installed
 PROFILE ?= demo
-DOCS_PROFILE ?= smoke
+DOCS_PROFILE ?= demo
 export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -26,9 +26,9 @@ test: install
 	nbdev-test --n-workers 2 --timing
 	python -m pytest tests -n 2 --dist loadfile --durations=10
 
-## the offline documentation site in _site/
+## the offline documentation site in _site/, with the outputs of the newest run in runs/ (make demo), else executed now
 docs: install
-	python tools/build_docs.py --profile $(DOCS_PROFILE) --out _site
+	python tools/build_docs.py --from-run latest --profile $(DOCS_PROFILE) --out _site
 
 ## benchmarks (pytorch-metric-learning comes with the bench extra)
 bench: install

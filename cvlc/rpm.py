@@ -6,10 +6,11 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 
 # %% auto #0
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
-           'N_COMPONENTS', 'SPARSE_BITS', 'ALL_RULES', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'fits_int',
-           'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle',
-           'sample_puzzle', 'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_target',
-           'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
+           'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'LAYOUT_RULES', 'TRANSFORMS',
+           'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set', 'distribute_rows', 'fits_grid',
+           'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'sample_puzzle', 'answer_set', 'render_panels',
+           'render_panel', 'render_puzzle', 'meta_target', 'sparse_rules', 'RPMSet', 'make_rpm',
+           'context_blind_accuracy', 'augment', 'shuffle_answers']
 
 # %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
@@ -20,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .core import maybe_progress
+from .core import check_int, maybe_progress
 
 # %% ../nbs/03_rpm.ipynb #ac9b10dd
 TYPES = ("triangle", "square", "pentagon", "hexagon", "circle")
@@ -77,7 +78,13 @@ class Rule:
     param: int = 0
 
 # %% ../nbs/03_rpm.ipynb #9d45ab82
-def _row_values(rule: str, param: int, start, rng, lo: int, hi: int, second=None):
+ARITHMETIC_OFFSET = {"Size": 1}   # RAVEN: Size c = a + b + 1 / a - b - 1; Number and Color c = a + b / a - b
+
+def arithmetic(a: int, b: int, param: int, offset: int) -> int:
+    "The third value of an Arithmetic row: a + b + offset when param > 0, a - b - offset otherwise."
+    return a + b + offset if param > 0 else a - b - offset
+
+def _row_values(rule: str, param: int, start, rng, lo: int, hi: int, second=None, offset: int = 0):
     "One row of three values of an integer attribute in [lo, hi], or None if the rule leaves the range."
     a = start
     if rule == "Constant": return [a, a, a]
@@ -85,18 +92,16 @@ def _row_values(rule: str, param: int, start, rng, lo: int, hi: int, second=None
         row = [a, a + param, a + 2 * param]
         return row if all(lo <= v <= hi for v in row) else None
     if rule == "Arithmetic":
-        b = second
-        c = a + b + (1 if param > 0 and lo == 0 else 0) if param > 0 else a - b - (1 if lo == 0 else 0)
-        return [a, b, c] if lo <= c <= hi else None
+        c = arithmetic(a, second, param, offset)
+        return [a, second, c] if lo <= c <= hi else None
     raise ValueError(rule)
 
-def fits_int(rule: str, param: int, row: Sequence[int], lo: int) -> bool:
+def fits_int(rule: str, param: int, row: Sequence[int], offset: int) -> bool:
     "Whether an integer row obeys a rule (Distribute_Three is checked across rows, not here)."
     a, b, c = row
     if rule == "Constant": return a == b == c
     if rule == "Progression": return b - a == param and c - b == param
-    if rule == "Arithmetic":
-        return c == (a + b + (1 if lo == 0 else 0) if param > 0 else a - b - (1 if lo == 0 else 0))
+    if rule == "Arithmetic": return c == arithmetic(a, b, param, offset)
     return False
 
 def fits_set(rule: str, param: int, row: Sequence[tuple], n_slots: int) -> bool:
@@ -118,19 +123,19 @@ def distribute_rows(values: Sequence, rot: int) -> list[list]:
     x, y, z = values
     return [[x, y, z], [y, z, x], [z, x, y]] if rot == 1 else [[x, y, z], [z, x, y], [y, z, x]]
 
-def fits_grid(rule: str, param: int, grid: list[list], kind: str, lo: int, n_slots: int) -> bool:
+def fits_grid(rule: str, param: int, grid: list[list], kind: str, offset: int, n_slots: int) -> bool:
     "Whether a rule explains the rows given (the last may be partial: 2 values)."
     if rule == "Distribute_Three":
         first = grid[0]
         if len(set(map(_key, first))) != 3: return False
         want = distribute_rows(first, param)
         return all(_key(v) == _key(w) for row, wrow in zip(grid, want) for v, w in zip(row, wrow))
-    f = (lambda r: fits_set(rule, param, r, n_slots)) if kind == "set" else (lambda r: fits_int(rule, param, r, lo))
+    f = (lambda r: fits_set(rule, param, r, n_slots)) if kind == "set" else (lambda r: fits_int(rule, param, r, offset))
     return all(f(r) for r in grid if len(r) == 3)
 
 def _key(v): return tuple(sorted(v)) if isinstance(v, (tuple, list, set, frozenset)) else v
 
-def predict(rule: str, param: int, grid: list[list], kind: str, lo: int, n_slots: int):
+def predict(rule: str, param: int, grid: list[list], kind: str, offset: int, n_slots: int):
     "The ninth value a rule predicts from rows 1, 2 and the first two values of row 3 (None if it cannot)."
     a, b = grid[2][0], grid[2][1]
     if rule == "Constant": return a if _key(a) == _key(b) else None
@@ -140,11 +145,11 @@ def predict(rule: str, param: int, grid: list[list], kind: str, lo: int, n_slots
         if rule == "Progression": return tuple(sorted((x + param) % n_slots for x in B))
         return tuple(sorted(A | B if param > 0 else A - B))
     if rule == "Progression": return b + param
-    return a + b + (1 if lo == 0 else 0) if param > 0 else a - b - (1 if lo == 0 else 0)
+    return arithmetic(a, b, param, offset)
 
 # %% ../nbs/03_rpm.ipynb #2aa1e736
 def _kind(attr): return "set" if attr == "Position" else "int"
-def _lo(attr): return 1 if attr == "Number" else 0
+def _offset(attr): return ARITHMETIC_OFFSET.get(attr, 0)
 
 def solve(context: Sequence[Sequence[CompState]], n_slots: Sequence[int], layout_attr: Sequence[str]) -> dict:
     "Predictions {(component, attribute): set of predicted values} from the 8 context panels."
@@ -155,8 +160,8 @@ def solve(context: Sequence[Sequence[CompState]], n_slots: Sequence[int], layout
             grid = [[context[r * 3 + k][c].value(attr) for k in range(3 if r < 2 else 2)] for r in range(3)]
             preds = set()
             for rule, param in ALL_RULES[_kind(attr)]:
-                if fits_grid(rule, param, grid, _kind(attr), _lo(attr), n_slots[c]):
-                    p = predict(rule, param, grid, _kind(attr), _lo(attr), n_slots[c])
+                if fits_grid(rule, param, grid, _kind(attr), _offset(attr), n_slots[c]):
+                    p = predict(rule, param, grid, _kind(attr), _offset(attr), n_slots[c])
                     if p is not None: preds.add(_key(p))
             out[(c, attr)] = preds
     return out
@@ -179,7 +184,7 @@ class RPMConfig:
     supersample: int = 2
 
     def __post_init__(self):
-        if not 32 <= self.size <= 320: raise ValueError(f"size must be in [32, 320] pixels, got {self.size}")
+        self.size = check_int("size", self.size, 32, 320)
         bad = [c for c in self.configurations if c not in CONFIGURATIONS]
         if bad or not self.configurations: raise ValueError(f"configurations must be among {CONFIGURATIONS}, got {bad or self.configurations}")
         if self.answers not in ("iraven", "fair", "raven"): raise ValueError(f"answers must be 'iraven', 'fair' or 'raven', got {self.answers!r}")
@@ -194,6 +199,29 @@ class RPMConfig:
         if self.supersample not in (1, 2, 4): raise ValueError(f"supersample must be 1, 2 or 4, got {self.supersample}")
         self.configurations = tuple(self.configurations)
         self.exclude_rules, self.require_rules = tuple(map(tuple, self.exclude_rules)), tuple(map(tuple, self.require_rules))
+        for a in ENTITY_ATTRS:
+            if not _rule_options(a, self): raise ValueError(f"exclude_rules leaves no rule for {a}")
+        has_grid = any(kind == "grid" for conf in self.configurations for kind, _ in LAYOUTS[conf])
+        if has_grid and not _layout_options(self): raise ValueError("exclude_rules leaves no rule for the layout (Number / Position)")
+        for pair in self.require_rules:   # impossible requests fail now, not after thousands of rejected draws
+            if pair in self.exclude_rules: raise ValueError(f"{pair} is both required and excluded")
+            rule, attr = pair
+            possible = (rule in _rule_options(attr, self) if attr in ENTITY_ATTRS else
+                        rule == "Constant" or (has_grid and pair in _layout_options(self)))
+            if not possible: raise ValueError(f"required {pair} cannot occur with these settings (configurations, constant_attrs, exclude_rules)")
+
+def _rule_options(attr: str, cfg: RPMConfig) -> list[str]:
+    "The rules an entity attribute may follow under cfg (RAVEN: no Arithmetic on Type)."
+    if attr in cfg.constant_attrs: return ["Constant"]
+    return [r for r in RULES if (r, attr) not in cfg.exclude_rules and not (attr == "Type" and r == "Arithmetic")]
+
+LAYOUT_RULES = (("Constant", "Position"),) + tuple((r, a) for r in RULES[1:] for a in ("Number", "Position"))
+
+def _layout_options(cfg: RPMConfig) -> list[tuple[str, str]]:
+    "A grid's layout rules as (rule, attribute): RAVEN's 7 (Constant keeps the slots), less the excluded; Constant alone if Number or Position is held."
+    if {"Number", "Position"} & set(cfg.constant_attrs): return [("Constant", "Position")]
+    no_constant = {("Constant", "Number"), ("Constant", "Position")} & set(cfg.exclude_rules)
+    return [(r, a) for r, a in LAYOUT_RULES if (r, a) not in cfg.exclude_rules and not (r == "Constant" and no_constant)]
 
 def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int, int]:
     if attr == "Number": return 1, n_slots
@@ -204,17 +232,23 @@ def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int
         if attr == "Size": lo = max(lo, 3)                    # a large enclosing shape
     return lo, hi
 
-def _choose_rule(attr, comp_kind, cfg, rng, n_slots):
-    if comp_kind in ("single", "out") and attr in ("Number", "Position"): return "Constant", 0
-    if comp_kind == "out" and attr == "Color": return "Constant", 0
-    if attr in cfg.constant_attrs: return "Constant", 0
-    options = [r for r in RULES if (r, attr) not in cfg.exclude_rules]
-    if attr == "Type": options = [r for r in options if r != "Arithmetic"]    # RAVEN: no arithmetic on type
-    rule = options[rng.integers(len(options))]
-    param = {"Constant": 0, "Progression": int(rng.choice([-2, -1, 1, 2])), "Arithmetic": int(rng.choice([1, -1])),
-             "Distribute_Three": int(rng.choice([1, -1]))}[rule]
-    if attr == "Position" and rule == "Progression": param = int(rng.choice([-1, 1]))
-    return rule, param
+def _choose_layout(comp_kind: str, cfg: RPMConfig, rng) -> tuple[str, str]:
+    "(attribute, rule) of a component's layout: one of a grid's 7 options, uniformly; a single slot is structural (Constant)."
+    if comp_kind != "grid": return "Number", "Constant"
+    options = _layout_options(cfg)
+    rule, attr = options[rng.integers(len(options))]
+    return attr, rule
+
+def _choose_rule(attr: str, comp_kind: str, cfg: RPMConfig, rng) -> str:
+    "The rule of an entity attribute, uniformly among those allowed (an enclosing shape's colour stays constant)."
+    if comp_kind == "out" and attr == "Color": return "Constant"
+    options = _rule_options(attr, cfg)
+    return options[rng.integers(len(options))]
+
+def _draw_param(rule: str, rng) -> int:
+    "A rule's parameter as RAVEN draws it: steps -2, -1, 1, 2 (Position too), a sign, or a rotation direction."
+    if rule == "Constant": return 0
+    return int(rng.choice([-2, -1, 1, 2] if rule == "Progression" else [1, -1]))
 
 def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
     "3 x 3 values of one attribute under a rule, or None."
@@ -232,10 +266,12 @@ def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
             if rule == "Constant": rows.append([a, a, a])
             elif rule == "Progression":
                 b = tuple(sorted((x + param) % n_slots for x in a)); c = tuple(sorted((x + param) % n_slots for x in b)); rows.append([a, b, c])
-            else:
-                b = rand_set()
-                c = tuple(sorted(set(a) | set(b))) if param > 0 else tuple(sorted(set(a) - set(b)))
-                if not c or c == a or c == b: return None
+            else:   # union / difference: redraw the row until the third set is non-empty and differs from both (as RAVEN does)
+                for _ in range(50):
+                    a, b = rand_set(), rand_set()
+                    c = tuple(sorted(set(a) | set(b))) if param > 0 else tuple(sorted(set(a) - set(b)))
+                    if c and c != a and c != b: break
+                else: return None
                 rows.append([a, b, c])
         return rows
     if rule == "Distribute_Three":
@@ -245,7 +281,7 @@ def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
     for _ in range(3):
         for _ in range(20):
             a = int(rng.integers(lo, hi + 1)); b = int(rng.integers(lo, hi + 1))
-            row = _row_values(rule, param, a, rng, lo, hi, b)
+            row = _row_values(rule, param, a, rng, lo, hi, b, offset=_offset(attr))
             if row is not None: break
         else: return None
         rows.append(row)
@@ -269,12 +305,11 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
         ok = True
         for c, (kind, slots) in enumerate(comps):
             n = len(slots)
-            la = "Position" if kind == "grid" and rng.random() < 0.5 else "Number"
-            if kind == "grid" and "Position" in cfg.constant_attrs and "Number" not in cfg.constant_attrs: la = "Number"
+            la, layout_rule = _choose_layout(kind, cfg, rng)
             layout_attr.append(la)
             g = {}
-            for attr in (la,) + ENTITY_ATTRS:
-                rule, param = _choose_rule(attr, kind, cfg, rng, n)
+            for attr, rule in [(la, layout_rule)] + [(a, _choose_rule(a, kind, cfg, rng)) for a in ENTITY_ATTRS]:
+                param = _draw_param(rule, rng)
                 lo, hi = _attr_range(attr, kind, cfg, n)
                 vals = _values_grid(rule, param, attr, lo, hi, n, rng) if not (kind != "grid" and attr == "Number") else [[1, 1, 1]] * 3
                 if vals is None: ok = False; break
@@ -418,10 +453,14 @@ def _counted(p: Puzzle) -> list[Rule]:
     return [r for r in p.rules if not (kinds[r.component] in ("single", "out") and r.attribute in ("Number", "Position"))
             and not (kinds[r.component] == "out" and r.attribute == "Color")]
 
-def meta_target(p: Puzzle) -> np.ndarray:
-    "RAVEN's 9-bit meta-target of a puzzle."
+def meta_target(p: Puzzle, convention: str = "raven") -> np.ndarray:
+    "The 9-bit dense rule label: 'raven' ORs every rule (Constant layout sets Number and Position); 'cvlc' only the counted rules."
+    if convention not in ("raven", "cvlc"): raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
     m = np.zeros(9, np.int8)
-    for r in _counted(p): m[RULES.index(r.rule)] = 1; m[4 + ATTRIBUTES.index(r.attribute)] = 1
+    for r in (p.rules if convention == "raven" else _counted(p)):
+        m[RULES.index(r.rule)] = 1
+        layout_constant = convention == "raven" and r.rule == "Constant" and r.attribute in ("Number", "Position")
+        for a in (("Number", "Position") if layout_constant else (r.attribute,)): m[4 + ATTRIBUTES.index(a)] = 1
     return m
 
 def sparse_rules(p: Puzzle) -> np.ndarray:
@@ -478,7 +517,7 @@ def _puzzle_from(d: dict) -> Puzzle:
 
 def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool | None = None, **kw) -> RPMSet:
     "Generate n puzzles (same seed, same bytes): images (n, 16, 80, 80), targets, dense and sparse rule labels."
-    if not isinstance(n, int) or n < 1: raise ValueError(f"n must be a positive int, got {n!r}")
+    n, seed = check_int("n", n, 1), check_int("seed", seed, 0, 2**63 - 1)
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
     cfg = config or RPMConfig(answers=answers, **kw)
     puzzles = []
@@ -520,6 +559,7 @@ def augment(images: np.ndarray, puzzle: Puzzle | None = None, rng: np.random.Gen
     has_pos_rule = puzzle is None or any(r.attribute == "Position" and r.rule != "Constant" for r in puzzle.rules)
     allowed = ("identity",) if has_pos_rule else TRANSFORMS
     t = transform or allowed[rng.integers(len(allowed))]
+    if t not in TRANSFORMS: raise ValueError(f"transform must be one of {TRANSFORMS}, got {t!r}")
     if t not in allowed: raise ValueError(f"transform {t!r} would break a Position rule; allowed: {allowed}")
     return np.ascontiguousarray(_apply(images, t))
 

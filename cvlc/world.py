@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from .core import maybe_progress
+from .core import check_int, maybe_progress
 
 # %% ../nbs/02_world.ipynb #93a69df0
 SHAPES = ("circle", "square", "triangle", "pentagon", "hexagon", "star")
@@ -109,7 +109,8 @@ class WorldConfig:
     annotator_disagreement: float = 0.1  # chance an annotator answers something else (at most 4 of 10 do)
 
     def __post_init__(self):
-        if not (16 <= self.size <= 512): raise ValueError(f"size must be in [16, 512] pixels, got {self.size}")
+        self.size = check_int("size", self.size, 16, 512)
+        self.min_objects, self.max_objects = check_int("min_objects", self.min_objects), check_int("max_objects", self.max_objects)
         if not (1 <= self.min_objects <= self.max_objects <= 10):
             raise ValueError(f"need 1 <= min_objects <= max_objects <= 10, got {self.min_objects} and {self.max_objects}")
         if not (0 <= self.overlap_tolerance < 0.5): raise ValueError(f"overlap_tolerance must be in [0, 0.5), got {self.overlap_tolerance}")
@@ -1130,8 +1131,7 @@ def _gc_paused():
 def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, progress: bool | None = None,
                batch: int = 256, **kw) -> World:
     "Generate a world of `n_images` scenes with images and every annotation (same seed, same bytes, whatever the batch)."
-    if not isinstance(n_images, int) or n_images < 1: raise ValueError(f"n_images must be a positive int, got {n_images!r}")
-    if not isinstance(seed, int) or not 0 <= seed < 2**31: raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+    n_images, seed = check_int("n_images", n_images, 1), check_int("seed", seed, 0, 2**31 - 1)
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
     cfg = config or WorldConfig(**kw)
     images = np.zeros((n_images, cfg.size, cfg.size, 3), np.uint8)

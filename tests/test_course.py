@@ -187,3 +187,95 @@ def test_screenshot_of_the_core_chapter(site, tmp_path):
                             "--window-size=1280,1600", f"--screenshot={shot}", base + f"{page}.html"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and shot.is_file() and shot.stat().st_size > 20_000, r.stderr[-2000:]
+
+
+# ---- navigating the site ---------------------------------------------------------------------------------------
+
+def test_sidebar_lists_every_notebook_once():
+    "nbs/sidebar.yml orders the site: every notebook is in it (none falls into the 'More' catch-all), none twice."
+    from build_docs import nav_sections, notebooks
+    nav = nav_sections(notebooks())
+    listed = [nb for _, group in nav for nb in group]
+    assert sorted(listed) == sorted(notebooks()) and len(set(listed)) == len(listed)
+    assert "More" not in [title for title, _ in nav]
+
+
+def test_kernel_noise_is_tidied_from_printed_text():
+    from build_docs import tidy_stream
+    raw = ("/tmp/ipykernel_24828/4117105154.py:74: UserWarning: /tmp/tmp5tm8rttv/flickr: skipped 1 bad record(s)\n"
+           "  per_image = _each(ids, root, on_error, parse, report)\nnext line\n")
+    assert tidy_stream(raw) == "UserWarning: .../flickr: skipped 1 bad record(s)\nnext line\n"
+    assert tidy_stream("loss 0.5 at step 3\n") == "loss 0.5 at step 3\n"
+
+
+class _Anchors(html.parser.HTMLParser):
+    "Each <a href> of a page with its class and the class of the <nav> / <aside> it sits in (attribute order does not matter)."
+    def __init__(self):
+        super().__init__(); self.where, self.anchors = [], []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("nav", "aside"): self.where.append(a.get("class", ""))
+        if tag == "a" and a.get("href"): self.anchors.append((self.where[-1] if self.where else "", a.get("class", ""), a["href"]))
+    def handle_endtag(self, tag):
+        if tag in ("nav", "aside") and self.where: self.where.pop()
+
+
+def _anchors(text):
+    p = _Anchors(); p.feed(text); return p.anchors
+
+
+def test_every_page_has_the_sidebar_prev_next_and_toc(site):
+    "Each page lists every page in sidebar order, links to its neighbours in that order, and has a table of contents."
+    out, _, _ = site
+    from build_docs import nav_sections, notebooks, page_name
+    order = [page_name(nb) for _, group in nav_sections(notebooks()) for nb in group]
+    for k, page in enumerate(order):
+        text = (out / page).read_text()
+        links = _anchors(text)
+        depth = "../" * page.count("/")
+        side = [h for nav, cls, h in links if nav == "cvlc-nav" and cls != "cvlc-home"]
+        assert side == [depth + p for p in order], f"{page}: the sidebar is not the site's page list"
+        assert 'aria-current="page"' in text
+        prev = [h for nav, cls, h in links if cls == "cvlc-prev"]
+        nxt = [h for nav, cls, h in links if cls == "cvlc-next"]
+        assert prev == ([depth + order[k - 1]] if k else []), f"{page}: wrong previous link {prev}"
+        assert nxt == ([depth + order[k + 1]] if k + 1 < len(order) else []), f"{page}: wrong next link {nxt}"
+        if text.count("<h2 ") >= 2:
+            toc = [h for nav, cls, h in links if nav == "cvlc-toc"]
+            assert len(toc) >= 2 and all(h.startswith("#") for h in toc), f"{page}: no table of contents"
+
+
+def test_chapter_pages_link_their_paper_colab_and_profile(site):
+    out, _, _ = site
+    from build_docs import page_name
+    from fastcore.nbio import md_frontmatter, read_nb
+    for ch in chapters():
+        text = (out / page_name(ch.path)).read_text()
+        hrefs = [h for _, _, h in _anchors(text)]
+        assert f"https://colab.research.google.com/github/cvlc-course/cvlc/blob/main/nbs/{ch.path.name}" in hrefs, ch.name
+        assert 'Outputs from a <code>PROFILE="smoke"</code> run' in text, f"{ch.name}: the page does not say which run its outputs come from"
+        fm = next(md_frontmatter(c.source) for c in read_nb(ch.path).cells if c.cell_type == "markdown")
+        if fm.get("paper"): assert fm["paper"] in hrefs, f"{ch.name}: paper link missing"
+    papers = [ch.name for ch in chapters() if "arxiv.org" in (out / page_name(ch.path)).read_text()]
+    assert len(papers) >= 7, f"only {papers} link their paper"
+
+
+def test_site_text_has_no_kernel_temporary_paths(site):
+    out, _, _ = site
+    for page in out.rglob("*.html"):
+        if "mathjax" in page.parts: continue
+        text = page.read_text()
+        for bad in ("/tmp/ipykernel_", "/tmp/tmp", "[None, None"):
+            assert bad not in text, f"{page.name}: {bad!r} on the page"
+
+
+def test_search_finds_pages_in_a_browser(site, tmp_path):
+    "Typing a query (here through ?q=) lists matching sections of other pages, linked; a query nothing matches says so."
+    _, base, missing = site
+    dom = _dom(base + "core.html?q=supcon", tmp_path / "a")
+    results = re.search(r'<ol[^>]*id="cvlc-search-results"[^>]*>(.*?)</ol>', dom, re.S).group(1)
+    assert re.search(r'href="[^"]*losses.html#[^"]+"', results), "searching 'supcon' from the core page does not reach the losses page"
+    assert "<mark>" in results.lower()
+    dom = _dom(base + "api/cli.html?q=zzqxv", tmp_path / "b")
+    assert "No page mentions" in dom
+    assert not missing, f"the browser asked for files the site lacks: {missing}"
