@@ -6,8 +6,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 
 # %% auto #0
 __all__ = ['plain_supcon', 'time_ms', 'peak_mb_here', 'peak_rss_mb', 'in_fresh_process', 'peak_mb', 'bench_supcon',
-           'interleaved_ms', 'format_table', 'plain_recall', 'recall_peak_mb_here', 'bench_recall',
-           'format_recall_table', 'big_run', 'main']
+           'interleaved_times', 'spread', 'interleaved_ms', 'format_table', 'plot_supcon_bench', 'plain_recall',
+           'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'big_run', 'main']
 
 # %% ../nbs/api/bench.ipynb #c71c61d9
 import argparse, gc, json, re, statistics, subprocess, sys, time
@@ -110,23 +110,35 @@ def bench_supcon(sizes: Sequence[int] = (420, 1024, 4096, 8192), d: int = 128, v
     for n in sizes:
         z, y = _inputs(n, d, views, classes, device)
         fns = {k: f for k, f in impls.items() if not (k == "pml" and skip_pml_above and n > skip_pml_above)}
-        row = {"N": n, **{f"{k}_ms": v for k, v in interleaved_ms(fns, z, y, repeats).items()}}
+        row = {"N": n, **interleaved_ms(fns, z, y, repeats)}
         for name in fns:
             if memory: row[f"{name}_mb"] = peak_mb(name, n, d=d, views=views, classes=classes, temperature=temperature, device=device)
             if progress: print(f"  N={n:<6} {name:<5} {row[f'{name}_ms']:9.1f} ms", flush=True, file=sys.stderr)
         results.append(row)
     return results
 
+def interleaved_times(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
+    "Wall times (ms) of each call over `rounds` rounds, the calls alternating within every round (machine noise hits all alike)."
+    ts = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, f in calls.items():
+            t0 = time.perf_counter(); f(); ts[k].append(1000 * (time.perf_counter() - t0))
+    return ts
+
+def spread(times: dict[str, Sequence[float]]) -> dict[str, float]:
+    "Per name: `{name}_ms`, the median of its times, and `{name}_ms_q1` / `{name}_ms_q3`, their quartiles."
+    out = {}
+    for k, t in times.items():
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        out.update({f"{k}_ms": float(med), f"{k}_ms_q1": float(q1), f"{k}_ms_q3": float(q3)})
+    return out
+
 def interleaved_ms(fns: dict[str, Callable], z: torch.Tensor, y: torch.Tensor, repeats: int = 3,
                    min_seconds: float = 1.0) -> dict[str, float]:
-    "Median ms of forward + backward per implementation, alternating them in every round (machine noise hits all alike)."
+    "Forward + backward per implementation, alternating in every round: `spread` of the times (median and quartiles, ms)."
     est = {k: time_ms(f, z, y, 1) for k, f in fns.items()}               # warm-up and a first estimate
     rounds = max(repeats, min(200, int(min_seconds * 1000 / max(sum(est.values()), 1e-3))))
-    ts = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t0 = time.perf_counter(); _step(f, z, y); ts[k].append(1000 * (time.perf_counter() - t0))
-    return {k: statistics.median(v) for k, v in ts.items()}
+    return spread(interleaved_times({k: (lambda f=f: _step(f, z, y)) for k, f in fns.items()}, rounds))
 
 def format_table(results: Sequence[dict]) -> str:
     "The benchmark as a text table with the ratios the issue asks for."
@@ -139,6 +151,21 @@ def format_table(results: Sequence[dict]) -> str:
         lines.append(f"{r['N']:>6} {c:>9.1f} {p:>9.1f} {f(m, '>9.1f')} {p / c:>8.2f} {f(m / c if m else None, '>7.2f')} "
                      f"{f(cm, '>9.1f')} {f(pm, '>10.1f')} {f(cm / pm if cm is not None and pm else None, '>9.3f')}")
     return "\n".join(lines)
+
+# %% ../nbs/api/bench.ipynb #b3nch002
+def plot_supcon_bench(results: Sequence[dict], ax=None, title: str = "SupCon forward + backward"):
+    "Time against N per implementation (log-log): medians, with the interquartile range as error bars where measured."
+    import matplotlib.pyplot as plt
+    ax = ax if ax is not None else plt.subplots(figsize=(5.5, 3.6))[1]
+    for name in ("cvlc", "plain", "pml"):
+        rows = [r for r in results if r.get(f"{name}_ms") is not None]
+        if not rows: continue
+        med = np.array([r[f"{name}_ms"] for r in rows])
+        lo, hi = (np.array([r.get(f"{name}_ms_{q}", r[f"{name}_ms"]) for r in rows]) for q in ("q1", "q3"))
+        ax.errorbar([r["N"] for r in rows], med, yerr=[med - lo, hi - med], marker="o", capsize=3, label=name)
+    ax.set(xscale="log", yscale="log", xlabel="N (samples, 2 views each)", ylabel="ms", title=title)
+    ax.legend()
+    return ax
 
 # %% ../nbs/api/bench.ipynb #c4d2e6f8
 def plain_recall(sim: np.ndarray, positives: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:
@@ -176,12 +203,8 @@ def bench_recall(n_img: int = 5000, repeats: int = 3, memory: bool = True) -> li
         results = {k: f() for k, f in fns.items()}
         if any(abs(results["cvlc"][k] - results["numpy"][k]) > 1e-12 for k in results["cvlc"]):
             raise AssertionError(f"cvlc and NumPy disagree: {results}")
-        ts = {k: [] for k in fns}
-        for _ in range(repeats):
-            for k, f in fns.items():
-                t0 = time.perf_counter(); f(); ts[k].append(1000 * (time.perf_counter() - t0))
         row = {"direction": direction, "queries": sim.shape[0] if direction == "i2t" else sim.shape[1],
-               **{f"{k}_ms": statistics.median(v) for k, v in ts.items()}, "recall": results["cvlc"]}
+               **spread(interleaved_times(fns, repeats)), "recall": results["cvlc"]}
         for k in fns:
             if memory: row[f"{k}_mb"] = in_fresh_process(f"recall_peak_mb_here({k!r}, {direction!r}, {n_img})")
         rows.append(row)

@@ -206,6 +206,7 @@ def test_kernel_noise_is_tidied_from_printed_text():
            "  per_image = _each(ids, root, on_error, parse, report)\nnext line\n")
     assert tidy_stream(raw) == "UserWarning: .../flickr: skipped 1 bad record(s)\nnext line\n"
     assert tidy_stream("loss 0.5 at step 3\n") == "loss 0.5 at step 3\n"
+    assert tidy_stream("cvlc: 1 chapter(s) into /tmp/tmp7hio0jes\n") == "cvlc: 1 chapter(s) into ...\n"
 
 
 class _Anchors(html.parser.HTMLParser):

@@ -123,12 +123,12 @@ def _frontmatter(nb) -> dict:
 
 
 _WARNING_AT = re.compile(r"^\S+\.py:\d+: (\w*Warning: .*)\n(?:  .*\n?)?", re.M)  # file:line: Warning: msg + source line
-_TMP_DIR = re.compile(r"/(?:tmp|var/folders/[^/\s]+/[^/\s]+/T)/(?:tmp|pytest-of-)[\w.-]*/")
+_TMP_DIR = re.compile(r"/(?:tmp|var/folders/[^/\s]+/[^/\s]+/T)/(?:tmp|pytest-of-)[\w.-]*")
 
 
 def tidy_stream(text: str) -> str:
     "A kernel's printed text as a reader should see it: warnings without the kernel's temporary file and line, temporary folders as `.../`."
-    return _TMP_DIR.sub(".../", _WARNING_AT.sub(r"\1\n", text))
+    return _TMP_DIR.sub("...", _WARNING_AT.sub(r"\1\n", text))
 
 
 def process(executed: Path):
