@@ -164,6 +164,8 @@ def plot_supcon_bench(results: Sequence[dict], ax=None, title: str = "SupCon for
         lo, hi = (np.array([r.get(f"{name}_ms_{q}", r[f"{name}_ms"]) for r in rows]) for q in ("q1", "q3"))
         ax.errorbar([r["N"] for r in rows], med, yerr=[med - lo, hi - med], marker="o", capsize=3, label=name)
     ax.set(xscale="log", yscale="log", xlabel="N (samples, 2 views each)", ylabel="ms", title=title)
+    ns = sorted({r["N"] for r in results})
+    ax.set_xticks(ns, [str(n) for n in ns]); ax.minorticks_off()
     ax.legend()
     return ax
 

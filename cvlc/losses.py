@@ -152,6 +152,7 @@ def _check_block(b: Block, rows: int, n_cand: int) -> None:
     if b.excl is not None and bool((b.pos_weight[torch.arange(rows, device=b.excl.device), b.excl] > 0).any()):
         raise ValueError("an excluded column (the anchor itself) cannot be a positive")
 
+# %% ../nbs/01_losses.ipynb #l1s00001
 class _FusedFn(torch.autograd.Function):
     "Sum of row losses over anchor blocks, with the gradients accumulated in the same pass."
     @staticmethod
@@ -210,6 +211,7 @@ class _FusedFn(torch.autograd.Function):
         return (None if gA is None else (gA * g_total).to(ta), None if gC is None else (gC * g_total).to(tc),
                 (gs * g_total).to(ts), None, None, None, None, None)
 
+# %% ../nbs/01_losses.ipynb #l1s00002
 def _label_block(S, a, Cf, s, al, cl, excl, csum, ccnt, need_grad):
     """Row losses and gradient pieces when positives are the candidates sharing the anchor's label (S may be overwritten).
     With E the softmax: row loss = lse - s a.(sum of positives)/|P|, dloss/dS = E - P/|P|; returns E and the P @ C part."""
@@ -230,6 +232,7 @@ def _label_block(S, a, Cf, s, al, cl, excl, csum, ccnt, need_grad):
     if not bool(valid.all()): E.mul_(valid[:, None].to(E.dtype))
     return rows, valid, E, own * w[:, None], w
 
+# %% ../nbs/01_losses.ipynb #l1s00003
 def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[int, int], Block], temperature=1.0, *,
                          exclude_other_positives: bool = False, reduction: str = "mean", chunk_size: int | None = None,
                          return_count: bool = False, check_blocks: bool = True, labels: tuple[Tensor, Tensor] | None = None):

@@ -210,6 +210,7 @@ class RPMConfig:
                         rule == "Constant" or (has_grid and pair in _layout_options(self)))
             if not possible: raise ValueError(f"required {pair} cannot occur with these settings (configurations, constant_attrs, exclude_rules)")
 
+# %% ../nbs/03_rpm.ipynb #r3s00001
 def _rule_options(attr: str, cfg: RPMConfig) -> list[str]:
     "The rules an entity attribute may follow under cfg (RAVEN: no Arithmetic on Type)."
     if attr in cfg.constant_attrs: return ["Constant"]
@@ -250,6 +251,7 @@ def _draw_param(rule: str, rng) -> int:
     if rule == "Constant": return 0
     return int(rng.choice([-2, -1, 1, 2] if rule == "Progression" else [1, -1]))
 
+# %% ../nbs/03_rpm.ipynb #r3s00002
 def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
     "3 x 3 values of one attribute under a rule, or None."
     if attr == "Position":
@@ -287,6 +289,7 @@ def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
         rows.append(row)
     return rows
 
+# %% ../nbs/03_rpm.ipynb #r3s00003
 @dataclass
 class Puzzle:
     "A symbolic puzzle: configuration, rules, 8 context panels, 8 candidates, the answer index."

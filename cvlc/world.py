@@ -811,6 +811,7 @@ class Program(NamedTuple):
     def from_dict(cls, d: dict) -> "Program":
         return cls(d["family"], _desc(d["d1"]), _desc(d.get("d2")), d.get("pred"), d.get("attr"))
 
+# %% ../nbs/02_world.ipynb #w2s00001
 def _truth_of(scene: "Scene | SceneTruth", R: np.ndarray | None) -> SceneTruth:
     return scene if isinstance(scene, SceneTruth) else SceneTruth(scene, R)
 
@@ -838,6 +839,7 @@ def execute(program: "Program | dict", scene: "Scene | SceneTruth", R: np.ndarra
     if f == "count_rel": return str(rel.bit_count())
     return _attr_word(t, _BITS[rel][0], p.attr) if rel.bit_count() == 1 else None
 
+# %% ../nbs/02_world.ipynb #w2s00002
 @functools.lru_cache(maxsize=None)
 def _needs(template: str) -> tuple[bool, bool, bool, bool]:
     "Which phrases a template uses: first description singular, plural; second singular, plural."
@@ -864,6 +866,7 @@ def question_text(program: "Program | dict", template_id: int, rng) -> Text:
     if p.attr: slots["attr"] = ATTR_WORDS[p.attr]
     return render_text(tpl, slots)
 
+# %% ../nbs/02_world.ipynb #w2s00003
 _YES_NO, _COUNTS = ["yes", "no"], [str(i) for i in range(11)]
 _ATTR_ANSWERS = {a: [ANSWER_WORDS.get(v, v) for v in VALUES[a]] for a in ATTRS}
 
@@ -945,6 +948,7 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
     else: raise ValueError(f"unknown question family {family!r}")
     return prog                                                     # well-posed and non-degenerate by construction (tested)
 
+# %% ../nbs/02_world.ipynb #w2s00004
 def _objects(truth: SceneTruth, d1: Desc, d2: Desc | None) -> dict[str, tuple[int, ...]]:
     "The objects each phrase role names."
     return {"d1": _BITS[truth.mask(d1)], "d2": () if d2 is None else _BITS[truth.mask(d2)]}
