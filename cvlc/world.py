@@ -13,8 +13,8 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix',
            'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
            'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text', 'sample_program',
-           'annotator_answers', 'Caption', 'World', 'annotate_image', 'relation_triplets', 'make_world',
-           'sample_relations', 'word_meanings', 'word_relation', 'substitute']
+           'annotator_answers', 'Caption', 'World', 'names_held_out', 'annotate_image', 'relation_triplets',
+           'make_world', 'sample_relations', 'word_meanings', 'word_relation', 'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
@@ -1055,14 +1055,21 @@ def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int
     text, t = caption_text(lf, rng)
     return Caption(cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, _objects(truth, lf.d1, lf.d2)))
 
+def names_held_out(form: "LF | Program", holdout: Sequence[tuple[str, str]]) -> bool:
+    "Whether a caption's or question's text names a held-out (shape, colour) pair (either of its descriptions)."
+    return any(d is not None and (d.shape, d.color) in holdout for d in (form.d1, form.d2))
+
 def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer: _Balancer, questions: bool = True):
     "Captions (true and hard negatives) and questions with their evaluation groups of one scene."
     sid = truth.scene.image_id
     caps, qs = [], []
+    hide = cfg.holdout if cfg.split == "train" else ()        # training text never names a held-out pair
     for lf in true_captions(truth, rng, cfg.captions_per_image):
+        if hide and names_held_out(lf, hide): continue
         cid = ids["caption"]; ids["caption"] += 1
         caps.append(_caption(cid, sid, lf, truth, rng, 1, None, None))
         for neg, edit in hard_negatives(truth, lf, rng, cfg.negatives_per_caption):
+            if hide and names_held_out(neg, hide): continue
             caps.append(_caption(ids["caption"], sid, neg, truth, rng, 0, edit, cid)); ids["caption"] += 1
     groups, tries, fam, fam_tries = 0, 0, None, 0
     while questions and groups < cfg.questions_per_image and tries < 30 * cfg.questions_per_image:
@@ -1070,7 +1077,7 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
         if fam is None or fam_tries >= 3: fam, fam_tries = _pick(FAMILIES, rng), 0   # stay with a family a few tries: families stay balanced
         fam_tries += 1
         prog = sample_program(truth, fam, rng, functools.partial(balancer.allows, fam))
-        if prog is None: continue
+        if prog is None or (hide and names_held_out(prog, hide)): continue
         ans, space = execute(prog, truth), _answer_space(prog)
         if not balancer.accept(fam + (f"/{prog.attr}" if fam.startswith("query") else ""), ans, space): continue   # a query's answers depend on its attribute
         gid, groups, fam = ids["question"], groups + 1, None
