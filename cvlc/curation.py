@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/conclat.html.md"""
 # %% auto #0
 __all__ = ['NEG_TYPES', 'WEIGHTS', 'REGION_DIM', 'SCHEMES', 'LOSSES', 'QASet', 'qa_samples', 'top_k_neighbours',
            'group_neighbours', 'CuratedBatches', 'world_regions', 'load_region_features', 'VQAModel', 'VQATensors',
-           'RandomBatches', 'CuratedTensors', 'ce_loss', 'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa',
-           'predict', 'vqa_report']
+           'CuratedTensors', 'ce_loss', 'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa', 'predict',
+           'vqa_report']
 
 # %% ../nbs/12_conclat.ipynb #c12c0005
 from .core import require_extra
@@ -33,7 +33,7 @@ from .losses import dynamic_margin_triplet, scaled_supcon
 from .metrics import consensus_score, normalize_answer, vqa_score
 from .models import MultimodalTransformer, ProjectionHead, TextEncoder, WordTokenizer
 from .paraphrase import text_of
-from .training import Alternate, Joint, PretrainFinetune, index_batches, make_learner
+from .training import Alternate, IndexedBatches, Joint, PretrainFinetune, index_batches, make_learner
 from .world import ATTRS, VALUES
 
 # %% ../nbs/12_conclat.ipynb #c12c0011
@@ -252,14 +252,6 @@ class VQATensors:
         return {"regions": self.regions[img], "region_mask": self.rmask[img], "input_ids": self.ids[idx, :T],
                 "text_mask": self.tmask[idx, :T], "labels": self.labels[idx], "groups": self.groups[idx]}
 
-class RandomBatches:
-    "Shuffled batches of D^aug for L_CE."
-    def __init__(self, t: VQATensors, batch_size: int = 210, seed: int = 0):
-        self.t, self.bs, self.g = t, batch_size, torch.Generator().manual_seed(seed)
-    def __len__(self) -> int: return len(self.t) // self.bs
-    def __iter__(self):
-        for idx in index_batches(len(self.t), self.bs, self.g): yield self.t(idx)
-
 class CuratedTensors:
     "CuratedBatches as tensor batches, with their `ref` / `pos` / `neg` / `para` positions."
     def __init__(self, t: VQATensors, curated: CuratedBatches): self.t, self.c = t, curated
@@ -334,7 +326,7 @@ def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: 
     seed_everything(seed)
     model = VQAModel(**model_kwargs)
     data = train if method.augment else train.subset(train.data.original)
-    ce_dl = RandomBatches(data, config.batch_size, seed)
+    ce_dl = IndexedBatches(len(data), config.batch_size, data, seed)              # B ~ D^aug, shuffled
     if len(ce_dl) == 0: raise ValueError(f"{len(data)} samples make no batch of {config.batch_size}")
     epochs = max(1, round(config.steps / len(ce_dl)))
     cbs = []

@@ -33,7 +33,7 @@ from .core import seed_everything
 from .losses import bidirectional_nce, contrastive, cross_modal_nce
 from .metrics import recall_at_k, topk_accuracy
 from .models import BertTop, SentenceBank, VisualStream, masked_mean
-from .training import embed, fit_steps, index_batches
+from .training import IndexedBatches, embed, fit_steps, index_batches
 from .world import COLORS, PREDICATES, SHAPES, SceneTruth, desc_words, unique_desc
 
 # %% ../nbs/14_vgbert.ipynb #v14c0050
@@ -65,21 +65,13 @@ def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list
     "About `config.steps` updates of whole epochs of `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
     return fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd).history.series("loss")[1].tolist()
 
-class _Batches:
-    "Shuffled dict batches of aligned tensors."
-    def __init__(self, tensors: dict, batch_size: int, seed: int):
-        self.t, self.bs, self.g = tensors, batch_size, torch.Generator().manual_seed(seed)
-        self.n = len(next(iter(tensors.values())))
-    def __len__(self) -> int: return self.n // self.bs
-    def __iter__(self):
-        for idx in index_batches(self.n, self.bs, self.g): yield {k: v[idx] for k, v in self.t.items()}
-
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
                    dim: int = 128) -> PresenceClassifier:
     "Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name the shapes and colours of images."
     seed_everything(seed)
     model = PresenceClassifier(VisualStream(dim, attention=attention))
-    _fit(model, _Batches({"images": images, "labels": labels}, config.batch_size, seed), presence_loss, config)
+    batches = IndexedBatches(len(images), config.batch_size, lambda idx: {"images": images[idx], "labels": labels[idx]}, seed)
+    _fit(model, batches, presence_loss, config)
     return model.eval()
 
 
