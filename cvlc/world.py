@@ -252,6 +252,7 @@ def _coverage(d: np.ndarray, outline: np.ndarray, width: np.ndarray) -> np.ndarr
     if outline.any(): c[outline] -= np.clip(0.5 - d[outline] - width[outline, None, None], 0, 1)   # minus the shape eroded by the width
     return c
 
+# %% ../nbs/02_world.ipynb #w2s00007
 def _bboxes(arr: SceneArrays, S: int) -> np.ndarray:
     "Pixel boxes (B, O, 4) [x0, y0, x1, y1] from the geometry (vertices, or the circle)."
     B, O = arr.valid.shape
@@ -284,6 +285,7 @@ def _claimed(windows: list, meet: np.ndarray, flat: np.ndarray, visible: np.ndar
             if ya < yb and xa < xb: taken[ya - y0:yb - y0, xa - x0:xb - x0] |= oj[ya - yj:yb - yj, xa - xj:xb - xj]
         visible[b_idx[i], k_idx[i]] = np.count_nonzero(own > taken)
 
+# %% ../nbs/02_world.ipynb #w2s00008
 def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Images (B, S, S, 3) uint8, pixel boxes (B, O, 4) and visible pixel counts (B, O) of a batch of scenes."
     B, O = arr.valid.shape
@@ -322,6 +324,7 @@ def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndar
     for ch in range(3): img[..., ch] = canvas[:, ch, P:P + S, P:P + S]    # truncation after +0.5: rounding
     return img, _bboxes(arr, S), visible
 
+# %% ../nbs/02_world.ipynb #w2s00009
 def _arrays_of(scenes: Sequence[Scene]) -> SceneArrays:
     O = max(len(s.objects) for s in scenes)
     attrs, xy, valid = scene_arrays(scenes, O)
