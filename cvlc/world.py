@@ -13,8 +13,8 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix',
            'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
            'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text', 'sample_program',
-           'annotator_answers', 'Caption', 'World', 'names_held_out', 'annotate_image', 'relation_triplets',
-           'make_world', 'sample_relations', 'word_meanings', 'word_relation', 'substitute']
+           'annotator_answers', 'Caption', 'World', 'balance_keys', 'names_held_out', 'annotate_image',
+           'relation_triplets', 'make_world', 'sample_relations', 'word_meanings', 'word_relation', 'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
@@ -1039,20 +1039,35 @@ class World:
 
 # %% ../nbs/02_world.ipynb #55c8cc62
 class _Balancer:
-    """CLEVR's answer-balancing rejection, per family: refuse an answer whose count would exceed 1.1 x the
+    """CLEVR's answer-balancing rejection, per group: refuse an answer whose count would exceed 1.1 x the
     runner-up's count (+3, so the first questions are not refused in turn) or 5 x the median count (at least 5)."""
     def __init__(self): self.counts, self.limit = {}, {}
-    def allows(self, family: str, answer: str) -> bool:
-        c = self.counts.get(family)
-        return c is None or answer not in c or c[answer] <= self.limit[family]
-    def accept(self, family: str, answer: str, space: list[str]) -> bool:
-        "Whether to keep a question of `family` with this answer (counted when kept)."
-        if family not in self.counts: self.counts[family], self.limit[family] = dict.fromkeys(space, 0), 3
-        if not self.allows(family, answer): return False
-        c = self.counts[family]; c[answer] += 1
-        srt = sorted(c.values())
-        self.limit[family] = min(1.1 * srt[-2] + 3, 5 * max(srt[len(srt) // 2], 5))   # the largest count still allowed
+    def allows(self, key: str, answer: str) -> bool:
+        c = self.counts.get(key)
+        return c is None or answer not in c or c[answer] <= self.limit[key]
+    def accept(self, keys: Sequence[str], answer: str, space: list[str]) -> bool:
+        "Whether to keep a question with this answer: allowed in every one of its groups `keys` (counted in each when kept)."
+        for k in keys:
+            if k not in self.counts: self.counts[k], self.limit[k] = dict.fromkeys(space, 0), 3
+        if not all(self.allows(k, answer) for k in keys): return False
+        for k in keys:
+            c = self.counts[k]; c[answer] += 1
+            srt = sorted(c.values())
+            self.limit[k] = min(1.1 * srt[-2] + 3, 5 * max(srt[len(srt) // 2], 5))   # the largest count still allowed
         return True
+
+def _specificity(d: Desc | None) -> int:
+    "How rare a description is, in bits: log2 of the values its named attributes rule out (a colour says more than a fill)."
+    return 0 if d is None else round(sum(math.log2(len(VALUES[a])) for a, v in zip(ATTRS, d.code) if v >= 0))
+
+def balance_keys(p: Program) -> tuple[str, ...]:
+    """The groups a question's answer is balanced in: its family (and queried attribute), and within it the attribute it
+    compares and how specific its phrases are (a colour matches fewer objects than a fill style), so that the words
+    alone do not give the answer away."""
+    key = p.family + (f"/{p.attr}" if p.family.startswith("query") else "")
+    if p.family.startswith("query"): return (key,)
+    sub = f"{key}/{p.attr or ''}/{_specificity(p.d1)}" + ("" if p.d2 is None else f"/{_specificity(p.d2) // 2}")
+    return key, sub
 
 def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int, edit: str | None, source: int | None) -> Caption:
     text, t = caption_text(lf, rng)
@@ -1082,7 +1097,7 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
         prog = sample_program(truth, fam, rng, functools.partial(balancer.allows, fam))
         if prog is None or (hide and names_held_out(prog, hide)): continue
         ans, space = execute(prog, truth), _answer_space(prog)
-        if not balancer.accept(fam + (f"/{prog.attr}" if fam.startswith("query") else ""), ans, space): continue   # a query's answers depend on its attribute
+        if not balancer.accept(balance_keys(prog), ans, space): continue
         gid, groups, fam = ids["question"], groups + 1, None
         held = list(range(TRAIN_TEMPLATES, len(QUESTION_TEMPLATES[prog.family])))
         wordings = [int(rng.random() * TRAIN_TEMPLATES)] + [held.pop(int(rng.random() * len(held))) for _ in range(cfg.rephrasings)]
