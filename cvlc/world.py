@@ -1069,6 +1069,7 @@ def balance_keys(p: Program) -> tuple[str, ...]:
     sub = f"{key}/{p.attr or ''}/{_specificity(p.d1)}" + ("" if p.d2 is None else f"/{_specificity(p.d2) // 2}")
     return key, sub
 
+# %% ../nbs/02_world.ipynb #w2s00010
 def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int, edit: str | None, source: int | None) -> Caption:
     text, t = caption_text(lf, rng)
     return Caption(cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, _objects(truth, lf.d1, lf.d2)))
@@ -1110,6 +1111,7 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
             ids["question"] += 1
     return caps, qs
 
+# %% ../nbs/02_world.ipynb #w2s00011
 _PRED_NAMES = np.array(PREDICATES, object)
 
 def _triplets(true: tuple[np.ndarray, ...], image_ids: Sequence[int]) -> list[tuple[int, int, str, int]]:

@@ -1,5 +1,5 @@
 """The library is exactly what the notebooks export, the notebooks are clean, README.md is the home page."""
-import ast, filecmp, json, shutil, subprocess
+import ast, filecmp, json, re, shutil, subprocess
 from pathlib import Path
 
 import pytest
@@ -91,3 +91,19 @@ def test_no_cell_mixes_imports_with_other_code(nb_path):
         only_imports = all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
         if has_import and not only_imports: bad.append(src.splitlines()[0])
     assert not bad, f"{nb_path.name}: cells mixing imports with code: {bad}"
+
+
+MAX_CELL_LINES = 120   # one idea per cell: a longer cell is split at its functions, each part introduced by prose
+
+
+@pytest.mark.parametrize("chapter", chapters(), ids=lambda c: c.name)
+def test_chapter_reads_as_a_lesson(chapter):
+    "No code cell longer than MAX_CELL_LINES; the chapter ends with a summary and exercises."
+    nb = json.loads(chapter.path.read_text())
+    long = [(len(s.splitlines()), s.splitlines()[1][:60] if len(s.splitlines()) > 1 else s[:60])
+            for s in _code_cells(nb) if len(s.splitlines()) > MAX_CELL_LINES]
+    assert not long, f"{chapter.name}: code cells over {MAX_CELL_LINES} lines: {long}"
+    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    tail = prose[prose.rfind("\n## "):] if "\n## " in prose else prose
+    assert "Exercises" in tail, f"{chapter.name}: the last section has no exercises"
+    assert re.search(r"^## (Summary|What we learned|What we (tried|found))", prose, re.M), f"{chapter.name}: no summary section"
