@@ -201,13 +201,13 @@ class RPMConfig:
         self.exclude_rules, self.require_rules = tuple(map(tuple, self.exclude_rules)), tuple(map(tuple, self.require_rules))
         for a in ENTITY_ATTRS:
             if not _rule_options(a, self): raise ValueError(f"exclude_rules leaves no rule for {a}")
-        has_grid = any(kind == "grid" for conf in self.configurations for kind, _ in LAYOUTS[conf])
-        if has_grid and not _layout_options(self): raise ValueError("exclude_rules leaves no rule for the layout (Number / Position)")
+        kinds = {kind for conf in self.configurations for kind, _ in LAYOUTS[conf]}
+        if "grid" in kinds and not _layout_options(self): raise ValueError("exclude_rules leaves no rule for the layout (Number / Position)")
         for pair in self.require_rules:   # impossible requests fail now, not after thousands of rejected draws
             if pair in self.exclude_rules: raise ValueError(f"{pair} is both required and excluded")
             rule, attr = pair
-            possible = (rule in _rule_options(attr, self) if attr in ENTITY_ATTRS else
-                        rule == "Constant" or (has_grid and pair in _layout_options(self)))
+            possible = (rule in _rule_options(attr, self) if attr in ENTITY_ATTRS else     # a single slot's layout is a structural Constant on Number
+                        ("grid" in kinds and pair in _layout_options(self)) or (pair == ("Constant", "Number") and bool(kinds - {"grid"})))
             if not possible: raise ValueError(f"required {pair} cannot occur with these settings (configurations, constant_attrs, exclude_rules)")
 
 # %% ../nbs/03_rpm.ipynb #r3s00001
