@@ -268,6 +268,7 @@ def test_site_text_has_no_kernel_temporary_paths(site):
         text = page.read_text()
         for bad in ("/tmp/ipykernel_", "/tmp/tmp", "[None, None"):
             assert bad not in text, f"{page.name}: {bad!r} on the page"
+        assert not re.search(r"__main__(</span><span[^>]*>)?\.", text), f"{page.name}: a __main__.X name on the page"
 
 
 def test_search_finds_pages_in_a_browser(site, tmp_path):

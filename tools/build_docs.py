@@ -105,7 +105,8 @@ def _apply_quarto_options(nb) -> None:
         if opts.get("output") == "false": cell.outputs = []
         for out in cell.get("outputs", []):
             md = out.get("data", {}).get("text/markdown")
-            if md: out["data"]["text/markdown"] = _QUARTO_LINK.sub(r'<a href="\2" \3>\1</a>', md)
+            # show_doc names classes the notebook defines `__main__.X`: a reader imports them from cvlc, so drop the prefix
+            if md: out["data"]["text/markdown"] = _QUARTO_LINK.sub(r'<a href="\2" \3>\1</a>', md).replace("__main__.", "")
         if cell.cell_type == "code" and not cell.source.strip() and not cell.get("outputs"): continue
         keep.append(cell)
     nb.cells = keep
