@@ -38,14 +38,14 @@ def nav_sections(nbs: list[Path]) -> list[tuple[str, list[Path]]]:
     import yaml
     side = yaml.safe_load((NBS / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]
     known = {nb.relative_to(NBS).as_posix(): nb for nb in nbs}
-    sections, seen = [("", [])], set()
+    sections = [("", [])]
     for entry in side:
         if isinstance(entry, dict):
             sections.append((entry["section"], [known[e] for e in entry["contents"] if e in known]))
         elif entry in known:
             if sections[-1][0]: sections.append(("", []))
             sections[-1][1].append(known[entry])
-    for _, group in sections: seen.update(group)
+    seen = {nb for _, group in sections for nb in group}
     rest = [nb for nb in nbs if nb not in seen]
     if rest:
         print(f"note: {', '.join(nb.name for nb in rest)} not in nbs/sidebar.yml; listed under 'More'", file=sys.stderr)
@@ -75,9 +75,10 @@ def execute(nb: Path, dest: Path, profile: str, from_run: Path | None) -> tuple[
     out = dest / nb.relative_to(NBS)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = from_run / nb.stem / f"{nb.stem}.ipynb" if from_run else None
-    if done is not None and done.is_file() and _run_profile(done.parent):   # a chapter that finished writes metrics.json
+    ran_at = _run_profile(done.parent) if done is not None and done.is_file() else None
+    if ran_at:                                          # a chapter that finished wrote metrics.json
         shutil.copy2(done, out)
-        return out, _run_profile(done.parent)
+        return out, ran_at
     if _CHAPTER_RE.match(nb.stem):
         run = out.parent / f".run-{nb.stem}"
         run_chapter(Chapter(nb.stem, nb, *_header(nb)), profile, out=run)
