@@ -83,7 +83,8 @@ def peak_mb_here(impl: str, n: int, d: int = 128, views: int = 2, classes: int =
     return peak_rss_mb(lambda: _step(fn, z, y))
 
 def peak_rss_mb(fn: Callable[[], object]) -> float:
-    "Peak resident memory (MiB) while `fn()` runs, above the memory in use before it (Linux: resets the high-water mark)."
+    """Peak resident memory (MiB) while `fn()` runs, above the memory in use before it (Linux: resets the high-water
+    mark)."""
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f: f.write("5")
     base = _status_kb("VmRSS")
@@ -91,7 +92,8 @@ def peak_rss_mb(fn: Callable[[], object]) -> float:
     return (_status_kb("VmHWM") - base) / 1024
 
 def in_fresh_process(call: str) -> float | None:
-    "Evaluate `call` (an expression over `cvlc.bench`'s names) in a fresh Python process and return its number; None if it fails."
+    """Evaluate `call` (an expression over `cvlc.bench`'s names) in a fresh Python process and return its number; None
+    if it fails."""
     r = subprocess.run([sys.executable, "-c", f"from cvlc.bench import *; print({call})"],
                        capture_output=True, text=True)
     return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
@@ -112,13 +114,17 @@ def bench_supcon(sizes: Sequence[int] = (420, 1024, 4096, 8192), d: int = 128, v
         fns = {k: f for k, f in impls.items() if not (k == "pml" and skip_pml_above and n > skip_pml_above)}
         row = {"N": n, **interleaved_ms(fns, z, y, repeats)}
         for name in fns:
-            if memory: row[f"{name}_mb"] = peak_mb(name, n, d=d, views=views, classes=classes, temperature=temperature, device=device)
+            if memory:
+                row[f"{name}_mb"] = peak_mb(
+                    name, n, d=d, views=views, classes=classes, temperature=temperature, device=device
+                )
             if progress: print(f"  N={n:<6} {name:<5} {row[f'{name}_ms']:9.1f} ms", flush=True, file=sys.stderr)
         results.append(row)
     return results
 
 def interleaved_times(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    "Wall times (ms) of each call over `rounds` rounds, the calls alternating within every round (machine noise hits all alike)."
+    """Wall times (ms) of each call over `rounds` rounds, the calls alternating within every round (machine noise hits
+    all alike)."""
     ts = {k: [] for k in calls}
     for _ in range(rounds):
         for k, f in calls.items():
@@ -135,21 +141,25 @@ def spread(times: dict[str, Sequence[float]]) -> dict[str, float]:
 
 def interleaved_ms(fns: dict[str, Callable], z: torch.Tensor, y: torch.Tensor, repeats: int = 3,
                    min_seconds: float = 1.0) -> dict[str, float]:
-    "Forward + backward per implementation, alternating in every round: `spread` of the times (median and quartiles, ms)."
+    """Forward + backward per implementation, alternating in every round: `spread` of the times (median and quartiles,
+    ms)."""
     est = {k: time_ms(f, z, y, 1) for k, f in fns.items()}               # warm-up and a first estimate
     rounds = max(repeats, min(200, int(min_seconds * 1000 / max(sum(est.values()), 1e-3))))
     return spread(interleaved_times({k: (lambda f=f: _step(f, z, y)) for k, f in fns.items()}, rounds))
 
 def format_table(results: Sequence[dict]) -> str:
     "The benchmark as a text table with the ratios the issue asks for."
-    head = f"{'N':>6} {'cvlc ms':>9} {'plain ms':>9} {'pml ms':>9} {'x plain':>8} {'x pml':>7} {'cvlc MiB':>9} {'plain MiB':>10} {'mem ratio':>9}"
+    head = (f"{'N':>6} {'cvlc ms':>9} {'plain ms':>9} {'pml ms':>9} {'x plain':>8} {'x pml':>7} "
+            f"{'cvlc MiB':>9} {'plain MiB':>10} {'mem ratio':>9}")
     lines = [head, "-" * len(head)]
     f = lambda v, spec: format(v, spec) if v is not None else "-".rjust(int(spec.split(".")[0].lstrip(">")))
     for r in results:
         c, p, m = r["cvlc_ms"], r["plain_ms"], r.get("pml_ms")
         cm, pm = r.get("cvlc_mb"), r.get("plain_mb")
-        lines.append(f"{r['N']:>6} {c:>9.1f} {p:>9.1f} {f(m, '>9.1f')} {p / c:>8.2f} {f(m / c if m else None, '>7.2f')} "
-                     f"{f(cm, '>9.1f')} {f(pm, '>10.1f')} {f(cm / pm if cm is not None and pm else None, '>9.3f')}")
+        lines.append(
+            f"{r['N']:>6} {c:>9.1f} {p:>9.1f} {f(m, '>9.1f')} {p / c:>8.2f} {f(m / c if m else None, '>7.2f')} "
+            f"{f(cm, '>9.1f')} {f(pm, '>10.1f')} {f(cm / pm if cm is not None and pm else None, '>9.3f')}"
+        )
     return "\n".join(lines)
 
 # %% ../nbs/api/bench.ipynb #b3nch002
@@ -171,7 +181,8 @@ def plot_supcon_bench(results: Sequence[dict], ax=None, title: str = "SupCon for
 
 # %% ../nbs/api/bench.ipynb #c4d2e6f8
 def plain_recall(sim: np.ndarray, positives: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[int, float]:
-    "Reference Recall@K in plain NumPy over the whole matrix: rank of each query's best positive, ties counted against it."
+    """Reference Recall@K in plain NumPy over the whole matrix: rank of each query's best positive, ties counted against
+    it."""
     best = np.where(positives, sim, -np.inf).max(1, keepdims=True)
     rank = (sim > best).sum(1) + ((sim == best) & ~positives).sum(1)
     rank = rank[positives.any(1)]
@@ -197,7 +208,8 @@ def recall_peak_mb_here(impl: str, direction: str, n_img: int) -> float:
     return peak_rss_mb(fn)
 
 def bench_recall(n_img: int = 5000, repeats: int = 3, memory: bool = True) -> list[dict]:
-    "Time (ms, median) and peak memory (MiB) of Recall@1/5/10 for cvlc and plain NumPy, image-to-text and text-to-image."
+    """Time (ms, median) and peak memory (MiB) of Recall@1/5/10 for cvlc and plain NumPy, image-to-text and
+    text-to-image."""
     sim, truth = _recall_inputs(n_img)
     rows = []
     for direction in ("i2t", "t2i"):
@@ -214,7 +226,8 @@ def bench_recall(n_img: int = 5000, repeats: int = 3, memory: bool = True) -> li
 
 def format_recall_table(rows: Sequence[dict]) -> str:
     "The Recall@K benchmark as a text table: time and memory of cvlc and NumPy, and their ratios."
-    head = f"{'direction':>9} {'queries':>8} {'cvlc ms':>9} {'numpy ms':>9} {'x numpy':>8} {'cvlc MiB':>9} {'numpy MiB':>10}"
+    head = (f"{'direction':>9} {'queries':>8} {'cvlc ms':>9} {'numpy ms':>9} {'x numpy':>8} "
+            f"{'cvlc MiB':>9} {'numpy MiB':>10}")
     lines = [head, "-" * len(head)]
     f = lambda v: f"{v:>9.1f}" if v is not None else f"{'-':>9}"
     for r in rows:
@@ -224,10 +237,15 @@ def format_recall_table(rows: Sequence[dict]) -> str:
 
 # %% ../nbs/api/bench.ipynb #bcd21f3f
 def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, temperature: float = 0.1) -> dict:
-    "One forward + backward of cvlc's SupCon at a size no dense implementation fits: time and peak memory (fresh process)."
+    """One forward + backward of cvlc's SupCon at a size no dense implementation fits: time and peak memory (fresh
+    process)."""
     z, y = _inputs(n, d, views, classes, "cpu")
     t0 = time.perf_counter(); _step(lambda z, y: supcon(z, y, temperature), z, y); secs = time.perf_counter() - t0
-    return {"N": n, "seconds": secs, "peak_mb": peak_mb("cvlc", n, d=d, views=views, classes=classes, temperature=temperature)}
+    return {
+        "N": n,
+        "seconds": secs,
+        "peak_mb": peak_mb("cvlc", n, d=d, views=views, classes=classes, temperature=temperature),
+    }
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cvlc.bench", description="cvlc benchmarks")

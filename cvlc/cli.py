@@ -32,7 +32,8 @@ class Chapter:
     summary: str
 
 def find_nbs(nbs: str | os.PathLike | None = None) -> Path:
-    "The course notebooks: `nbs`, `$CVLC_NBS`, `./nbs`, `.`, the `nbs/` beside an editable install, or those installed with the package."
+    """The course notebooks: `nbs`, `$CVLC_NBS`, `./nbs`, `.`, the `nbs/` beside an editable install, or those installed
+    with the package."""
     if nbs is not None:
         if (Path(nbs) / "00_core.ipynb").is_file(): return Path(nbs).resolve()
         raise CliError(f"{nbs} is not the course notebooks folder (it has no 00_core.ipynb)")
@@ -71,7 +72,8 @@ def find_chapter(query: str, chapters: Sequence[Chapter]) -> Chapter:
 
 # %% ../nbs/api/cli.ipynb #bccd83fb
 def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
-    "`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else strings."
+    """`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else
+    strings."""
     out = {}
     for name, value in pairs or []:
         if not name.isidentifier(): raise CliError(f"parameter name {name!r} is not a Python identifier")
@@ -81,8 +83,10 @@ def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
 
 def _papermill():
     "papermill, or a one-line error naming the extra that brings it."
-    try: import papermill
-    except ImportError: raise CliError("running chapters needs papermill and a Jupyter kernel: pip install 'cvlc[cli]'") from None
+    try:
+        import papermill
+    except ImportError:
+        raise CliError("running chapters needs papermill and a Jupyter kernel: pip install 'cvlc[cli]'") from None
     return papermill
 
 def declared_params(chapter: Chapter) -> dict[str, Any]:
@@ -90,11 +94,13 @@ def declared_params(chapter: Chapter) -> dict[str, Any]:
     return _papermill().inspect_notebook(str(chapter.path))
 
 # %% ../nbs/api/cli.ipynb #81f54cc2
-INLINE_BACKEND = "module://matplotlib_inline.backend_inline"   # figures become image/png outputs of the executed notebook
+# figures become image/png outputs of the executed notebook
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 @contextlib.contextmanager
 def _kernel_env(**values: str):
-    "Set environment variables for the kernels started inside the block (they inherit the environment), then restore them."
+    """Set environment variables for the kernels started inside the block (they inherit the environment), then restore
+    them."""
     old = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try: yield
@@ -116,7 +122,9 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
     declared = declared_params(chapter)
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        raise CliError(f"{chapter.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}")
+        raise CliError(
+            f"{chapter.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}"
+        )
     if "PROFILE" in params: raise CliError("give the profile with --profile, not -p PROFILE")
     out = Path(out) if out is not None else default_out() / chapter.name
     try: out.mkdir(parents=True, exist_ok=True)
@@ -126,13 +134,16 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
         try:
             papermill.execute_notebook(str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
                                        cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3",
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no transport chatter per chapter
+                                       # no transport chatter per chapter
+                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
         except papermill.PapermillExecutionError as e:
             raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                                 f"  open {executed} to see where") from None
         except Exception as e:
-            if type(e).__name__ == "NoSuchKernel":           # jupyter_client's: ipykernel is not installed
-                raise CliError("no Jupyter kernel 'python3' to run chapters in: pip install 'cvlc[cli]' (it brings ipykernel)") from None
+            if type(e).__name__ == "NoSuchKernel":  # jupyter_client's: ipykernel is not installed
+                raise CliError(
+                    "no Jupyter kernel 'python3' to run chapters in: pip install 'cvlc[cli]' (it brings ipykernel)"
+                ) from None
             raise
     mfile = out / "metrics.json"
     if not mfile.is_file(): raise ChapterFailed(f"{chapter.name} ran but wrote no metrics.json into {out}")
@@ -149,7 +160,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 def _wrap_items(items: Sequence[str], width: int) -> list[str]:
-    "Join items with two spaces into lines of at most `width` characters (an item longer than that gets a line of its own)."
+    """Join items with two spaces into lines of at most `width` characters (an item longer than that gets a line of its
+    own)."""
     lines, cur = [], ""
     for it in items:
         if cur and len(cur) + 2 + len(it) > width: lines.append(cur); cur = it
@@ -157,7 +169,8 @@ def _wrap_items(items: Sequence[str], width: int) -> list[str]:
     return lines + ([cur] if cur else [])
 
 def summary_table(results: Sequence[tuple[str, str, float, dict]], width: int = 110) -> str:
-    "A plain-text table: chapter, status, seconds, and the chapter's scalar headline metrics, wrapped to `width` columns."
+    """A plain-text table: chapter, status, seconds, and the chapter's scalar headline metrics, wrapped to `width`
+    columns."""
     rows = [("chapter", "status", "seconds", ["headline metrics"])]
     for name, status, secs, metrics in results:
         items = [f"{k}={_fmt(v)}" for k, v in metrics.items() if isinstance(v, (bool, int, float, str))]
@@ -183,7 +196,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="demo", choices=PROFILES + ("auto",), help="run size (default: demo)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a chapter parameter")
     r.add_argument("--out", help="output folder (default: runs/<timestamp>; one subfolder per chapter)")
-    r.add_argument("--dry-run", action="store_true", help="check the chapters and parameters and say what would run, without running")
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the chapters and parameters and say what would run, without running",
+    )
     return ap
 
 def _run(args) -> int:
@@ -197,7 +214,10 @@ def _run(args) -> int:
         for ch in picked:
             declared = declared_params(ch) if params and len(picked) == 1 else {}
             unknown = sorted(set(params) - set(declared)) if params and len(picked) == 1 else []
-            if unknown: raise CliError(f"{ch.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}")
+            if unknown:
+                raise CliError(
+                    f"{ch.name} has no parameter {', '.join(unknown)}; it declares: {', '.join(declared) or 'none'}"
+                )
             extra = "".join(f" -p {k} {v!r}" for k, v in params.items()) if len(picked) == 1 else ""
             print(f"would run {ch.name} at profile {args.profile}{extra} into {root if single else root / ch.name}")
         return 0

@@ -19,7 +19,8 @@ import torch
 
 # %% ../nbs/00_core.ipynb #c0ck1nt2
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
-    "`value` as a Python int when it is an integer (numpy's too, never a bool) in [lo, hi]; else an error naming `name`."
+    """`value` as a Python int when it is an integer (numpy's too, never a bool) in [lo, hi]; else an error naming
+    `name`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
@@ -30,7 +31,8 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
 
 # %% ../nbs/00_core.ipynb #c4fc6584
 def seed_everything(seed: int = 0, deterministic: bool = True) -> torch.Generator:
-    "Seed python, numpy and torch (all devices); optionally ask torch for deterministic kernels. Returns a seeded `torch.Generator`."
+    """Seed python, numpy and torch (all devices); optionally ask torch for deterministic kernels. Returns a seeded
+    `torch.Generator`."""
     seed = check_int("seed", seed, 0, 2**63 - 1)
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -62,7 +64,8 @@ def in_test_run() -> bool:
     return any(_truthy(os.environ.get(k)) for k in ("IN_TEST", "PYTEST_CURRENT_TEST", "CI"))
 
 def resolve_profile(profile: str = "auto") -> str:
-    "Turn `profile` into one of `PROFILES`: `auto` is `$CVLC_PROFILE`, else smoke in tests/CI, full on a GPU, demo otherwise."
+    """Turn `profile` into one of `PROFILES`: `auto` is `$CVLC_PROFILE`, else smoke in tests/CI, full on a GPU, demo
+    otherwise."""
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a str, got {type(profile).__name__}")
     p = profile.strip().lower()
@@ -92,7 +95,8 @@ def run_dir(chapter: str | None = None) -> Path:
     return d
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    "Write `data` to `path` through a temporary file in the same folder and an atomic rename: readers never see half a file."
+    """Write `data` to `path` through a temporary file in the same folder and an atomic rename: readers never see half a
+    file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -117,15 +121,19 @@ def _jsonable(v: Any, key: str) -> Any:
     raise TypeError(f"metric {key!r}: cannot store a {type(v).__name__} in metrics.json")
 
 def save_metrics(metrics: Mapping[str, Any], chapter: str | None = None, out: str | os.PathLike | None = None) -> Path:
-    "Write a chapter's headline numbers to `metrics.json` in its run folder (atomically); tensors and numpy scalars become numbers."
+    """Write a chapter's headline numbers to `metrics.json` in its run folder (atomically); tensors and numpy scalars
+    become numbers."""
     if not isinstance(metrics, Mapping): raise TypeError(f"metrics must be a mapping, got {type(metrics).__name__}")
     clean = {str(k): _jsonable(v, str(k)) for k, v in metrics.items()}
     out = Path(out) if out is not None else run_dir(chapter)
     return atomic_write_bytes(out / "metrics.json", (json.dumps(clean, indent=2) + "\n").encode())
 
-def save_figure(fig, name: str, chapter: str | None = None, out: str | os.PathLike | None = None, dpi: int = 120) -> Path:
+def save_figure(
+    fig, name: str, chapter: str | None = None, out: str | os.PathLike | None = None, dpi: int = 120
+) -> Path:
     "Save a matplotlib figure as `figures/<name>.png` in the run folder and return its path."
-    if not name or any(c in name for c in "/\\"): raise ValueError(f"figure name must be a plain file name, got {name!r}")
+    if not name or any(c in name for c in "/\\"):
+        raise ValueError(f"figure name must be a plain file name, got {name!r}")
     out = Path(out) if out is not None else run_dir(chapter)
     import io
     buf = io.BytesIO()
@@ -144,7 +152,8 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = "cpu") -> Any:
-    "Load a checkpoint with `weights_only=True`; a missing file raises `FileNotFoundError`, a bad one `CheckpointError`."
+    """Load a checkpoint with `weights_only=True`; a missing file raises `FileNotFoundError`, a bad one
+    `CheckpointError`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path} (absolute: {path.resolve()})")
@@ -162,7 +171,8 @@ def require_extra(extra: str, *modules: str, by: str = "this part of cvlc") -> N
         raise ImportError(f"{by} needs {', '.join(missing)}, which come with an extra: pip install 'cvlc[{extra}]'")
 
 def maybe_progress(items, show: bool | None = None, n: int | None = None, threshold: int = 5000):
-    "`items` with a fastprogress bar when `show` is True, or when `show` is None and there are at least `threshold` (n) of them."
+    """`items` with a fastprogress bar when `show` is True, or when `show` is None and there are at least `threshold`
+    (n) of them."""
     n = len(items) if n is None and hasattr(items, "__len__") else n
     if not (show or (show is None and n is not None and n >= threshold)): return items
     import importlib.util

@@ -42,7 +42,8 @@ WEIGHTS = (0.25, 0.25, 0.5)      # ConClaT Table B, row 9: the (img, que, rand) 
 
 @dataclass
 class QASet:
-    "Samples of D^aug (Eq. 5): question text, image row, answer label (-1: outside the vocabulary), human answers, paraphrase group, original or paraphrase."
+    """Samples of D^aug (Eq. 5): question text, image row, answer label (-1: outside the vocabulary), human answers,
+    paraphrase group, original or paraphrase."""
     texts: list
     images: np.ndarray
     labels: np.ndarray
@@ -68,13 +69,16 @@ class QASet:
 
 def qa_samples(questions: Sequence, vocab: Sequence[str], paraphrases: Mapping[str, Sequence[str]] | None = None,
                image_index: Mapping[int, int] | None = None) -> QASet:
-    """D^aug from questions (world `Question`s or `cvlc.data.VQAQuestion`s) and a paraphrase table (text -> paraphrases).
-    A question is original when it is not a rephrasing of another (`group_id == question_id`); its paraphrases never are."""
+    """D^aug from questions (world `Question`s or `cvlc.data.VQAQuestion`s) and a paraphrase table (text ->
+    paraphrases).
+    A question is original when it is not a rephrasing of another (`group_id == question_id`); its paraphrases never
+    are."""
     index = {a: i for i, a in enumerate(vocab)}
     texts, images, labels, answers, groups, original = [], [], [], [], [], []
     for q in questions:
         t = text_of(q)
-        if image_index is not None and q.image_id not in image_index: raise KeyError(f"image {q.image_id} has no region features")
+        if image_index is not None and q.image_id not in image_index:
+            raise KeyError(f"image {q.image_id} has no region features")
         img = q.image_id if image_index is None else image_index[q.image_id]
         lab = index.get(normalize_answer(q.answer), -1) if q.answer is not None else -1
         for j, u in enumerate([t, *((paraphrases or {}).get(t, ()))]):
@@ -85,7 +89,8 @@ def qa_samples(questions: Sequence, vocab: Sequence[str], paraphrases: Mapping[s
 
 # %% ../nbs/12_conclat.ipynb #c12c0017
 def top_k_neighbours(emb: Tensor, k: int, chunk: int = 4096) -> Tensor:
-    "Indices (n, k) of each row's k most cosine-similar other rows, most similar first; one (chunk, n) product at a time."
+    """Indices (n, k) of each row's k most cosine-similar other rows, most similar first; one (chunk, n) product at a
+    time."""
     if emb.ndim != 2: raise ValueError(f"emb must be (n, d), got {tuple(emb.shape)}")
     n = len(emb)
     if not 1 <= k < n: raise ValueError(f"k must be in [1, {n - 1}] for {n} rows, got {k}")
@@ -98,10 +103,12 @@ def top_k_neighbours(emb: Tensor, k: int, chunk: int = 4096) -> Tensor:
     return out
 
 def group_neighbours(data: QASet, embed: Callable[[list[str]], Tensor], k: int = 10, chunk: int = 4096) -> Tensor:
-    "Per paraphrase group (in `np.unique(data.groups)` order), the k groups whose original questions are most similar (`embed`: texts -> (n, d))."
+    """Per paraphrase group (in `np.unique(data.groups)` order), the k groups whose original questions are most similar
+    (`embed`: texts -> (n, d))."""
     groups = np.unique(data.groups)
     first = {}
-    for i in np.argsort(~data.original, kind="stable"): first.setdefault(int(data.groups[i]), int(i))   # an original if it has one
+    # an original if it has one
+    for i in np.argsort(~data.original, kind="stable"): first.setdefault(int(data.groups[i]), int(i))
     return top_k_neighbours(embed([data.texts[first[int(g)]] for g in groups]), min(k, len(groups) - 1), chunk)
 
 # %% ../nbs/12_conclat.ipynb #c12c0022
@@ -110,11 +117,22 @@ class CuratedBatches:
     que / rand drawn with `weights` (falling back img -> que -> rand) whose answers never overlap the reference's, then
     a paraphrase of every sample. Yields dicts of `idx` (sample indices) and the batch positions `ref`, `pos`, `neg`
     (one per triplet) and `para` (one per sample; -1: none)."""
-    def __init__(self, data: QASet, n_refs: int = 70, weights: Sequence[float] = WEIGHTS, neighbours: Tensor | None = None,
-                 steps: int = 100, seed: int = 0, tries: int = 50):
+
+    def __init__(
+        self,
+        data: QASet,
+        n_refs: int = 70,
+        weights: Sequence[float] = WEIGHTS,
+        neighbours: Tensor | None = None,
+        steps: int = 100,
+        seed: int = 0,
+        tries: int = 50,
+    ):
         w = np.asarray(weights, float)
-        if w.shape != (3,) or (w < 0).any() or w.sum() <= 0: raise ValueError(f"weights are 3 non-negative numbers for {NEG_TYPES}, got {weights}")
-        if not (isinstance(n_refs, int) and n_refs >= 1 and isinstance(steps, int) and steps >= 1): raise ValueError("n_refs and steps must be ints >= 1")
+        if w.shape != (3,) or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"weights are 3 non-negative numbers for {NEG_TYPES}, got {weights}")
+        if not (isinstance(n_refs, int) and n_refs >= 1 and isinstance(steps, int) and steps >= 1):
+            raise ValueError("n_refs and steps must be ints >= 1")
         self.data, self.n_refs, self.w, self.steps, self.tries = data, n_refs, w / w.sum(), steps, tries
         self.rng = random.Random(seed)
         self.ok = np.nonzero(data.labels >= 0)[0].tolist()                 # answers in the vocabulary
@@ -144,7 +162,12 @@ class CuratedBatches:
 
     def _pool(self, typ: str, r: int) -> Sequence[int]:
         if typ == "img": return self.by_image.get(int(self.data.images[r]), [])
-        if typ == "que": return [] if self.neighbours is None else [i for g in self.neighbours[self.group_of[r]] for i in self.members[g]]
+        if typ == "que":
+            return (
+                []
+                if self.neighbours is None
+                else [i for g in self.neighbours[self.group_of[r]] for i in self.members[g]]
+            )
         return self.ok
 
     def _negative(self, r: int, used: set) -> int | None:
@@ -191,12 +214,14 @@ class CuratedBatches:
 REGION_DIM = sum(len(VALUES[a]) for a in ATTRS) + 4      # one-hot shape, colour, size, fill + a box
 
 def world_regions(scenes: Sequence, max_objects: int = 10) -> tuple[Tensor, Tensor]:
-    "The world as a perfect detector: per object its one-hot shape / colour / size / fill and box (x0, y0, x1, y1) / image side; (N, R, 23) and mask (N, R)."
+    """The world as a perfect detector: per object its one-hot shape / colour / size / fill and box (x0, y0, x1, y1) /
+    image side; (N, R, 23) and mask (N, R)."""
     feats = torch.zeros(len(scenes), max_objects, REGION_DIM)
     mask = torch.zeros(len(scenes), max_objects, dtype=torch.bool)
     offs = np.cumsum([0] + [len(VALUES[a]) for a in ATTRS])
     for i, s in enumerate(scenes):
-        if len(s.objects) > max_objects: raise ValueError(f"scene {s.image_id} has {len(s.objects)} objects > max_objects={max_objects}")
+        if len(s.objects) > max_objects:
+            raise ValueError(f"scene {s.image_id} has {len(s.objects)} objects > max_objects={max_objects}")
         for k, o in enumerate(s.objects):
             for j, v in enumerate(o.attrs()): feats[i, k, offs[j] + v] = 1
             feats[i, k, offs[-1]:] = torch.tensor(o.bbox, dtype=torch.float) / s.size
@@ -204,19 +229,43 @@ def world_regions(scenes: Sequence, max_objects: int = 10) -> tuple[Tensor, Tens
     return feats, mask
 
 def load_region_features(path) -> tuple[dict[int, int], Tensor, Tensor]:
-    "Region features from an .npz with `image_ids` (N,), `features` (N, R, d) and `mask` (N, R): (image id -> row, features, mask)."
+    """Region features from an .npz with `image_ids` (N,), `features` (N, R, d) and `mask` (N, R): (image id -> row,
+    features, mask)."""
     with np.load(path) as z:
         missing = [k for k in ("image_ids", "features", "mask") if k not in z]
-        if missing: raise KeyError(f"{path}: missing array(s) {missing}; expected image_ids (N,), features (N, R, d), mask (N, R)")
+        if missing:
+            raise KeyError(
+                f"{path}: missing array(s) {missing}; expected image_ids (N,), features (N, R, d), mask (N, R)"
+            )
         ids, feats, mask = z["image_ids"], z["features"], z["mask"]
     if feats.ndim != 3 or mask.shape != feats.shape[:2] or ids.shape != feats.shape[:1]:
-        raise ValueError(f"{path}: shapes image_ids {ids.shape}, features {feats.shape}, mask {mask.shape} do not fit (N,), (N, R, d), (N, R)")
-    return {int(i): r for r, i in enumerate(ids.tolist())}, torch.from_numpy(feats).float(), torch.from_numpy(mask).bool()
+        raise ValueError(
+            f"{path}: shapes image_ids {ids.shape}, features {feats.shape}, mask {mask.shape} do not fit (N,), (N, R, "
+            "d), (N, R)"
+        )
+    return (
+        {int(i): r for r, i in enumerate(ids.tolist())},
+        torch.from_numpy(feats).float(),
+        torch.from_numpy(mask).bool(),
+    )
 
 class VQAModel(nn.Module):
-    "f(v, q) = h: regions and question tokens through a multimodal transformer ([CLS] state); f^c(h): answer logits; g(h) = z: 128-d, unit norm (ConClaT Sec. 5.2)."
-    def __init__(self, vocab_size: int, n_answers: int, region_dim: int = REGION_DIM, dim: int = 128, text_layers: int = 1,
-                 layers: int = 2, heads: int = 4, proj_dim: int = 128, max_length: int = 32, dropout: float = 0.1):
+    """f(v, q) = h: regions and question tokens through a multimodal transformer ([CLS] state); f^c(h): answer logits;
+    g(h) = z: 128-d, unit norm (ConClaT Sec. 5.2)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_answers: int,
+        region_dim: int = REGION_DIM,
+        dim: int = 128,
+        text_layers: int = 1,
+        layers: int = 2,
+        heads: int = 4,
+        proj_dim: int = 128,
+        max_length: int = 32,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         self.regions = nn.Sequential(nn.Linear(region_dim, dim), nn.LayerNorm(dim))
         self.text = TextEncoder(vocab_size, dim, text_layers, heads, max_length, dropout)
@@ -225,16 +274,29 @@ class VQAModel(nn.Module):
         self.projection = ProjectionHead(dim, dim, proj_dim)           # two linear layers, l2 normalisation
 
     def forward(self, b: Mapping) -> dict:
-        h, _ = self.fusion(self.regions(b["regions"]), self.text(b["input_ids"], b["text_mask"]), b["region_mask"], b["text_mask"])
+        h, _ = self.fusion(
+            self.regions(b["regions"]), self.text(b["input_ids"], b["text_mask"]), b["region_mask"], b["text_mask"]
+        )
         return {"h": h, "logits": self.classifier(h), "z": self.projection(h)}
 
 # %% ../nbs/12_conclat.ipynb #c12c0035
 class VQATensors:
-    "Every sample of a QASet as tensors (token ids under a word tokenizer, region rows); `t(idx)` is the batch of those samples."
-    def __init__(self, data: QASet, regions: Tensor, region_mask: Tensor, tokenizer: WordTokenizer, max_length: int = 23):
-        if int(data.images.max(initial=-1)) >= len(regions): raise ValueError(f"image rows go up to {data.images.max()} but there are {len(regions)} region sets")
-        enc = tokenizer(data.texts, max_length=max_length)              # 23 question tokens: Table B, row 1
-        self.data, self.ids, self.tmask, self.regions, self.rmask = data, enc["input_ids"], enc["attention_mask"], regions, region_mask
+    """Every sample of a QASet as tensors (token ids under a word tokenizer, region rows); `t(idx)` is the batch of
+    those samples."""
+
+    def __init__(
+        self, data: QASet, regions: Tensor, region_mask: Tensor, tokenizer: WordTokenizer, max_length: int = 23
+    ):
+        if int(data.images.max(initial=-1)) >= len(regions):
+            raise ValueError(f"image rows go up to {data.images.max()} but there are {len(regions)} region sets")
+        enc = tokenizer(data.texts, max_length=max_length)  # 23 question tokens: Table B, row 1
+        self.data, self.ids, self.tmask, self.regions, self.rmask = (
+            data,
+            enc["input_ids"],
+            enc["attention_mask"],
+            regions,
+            region_mask,
+        )
         self.images, self.labels, self.groups = (torch.from_numpy(x) for x in (data.images, data.labels, data.groups))
 
     def __len__(self) -> int: return len(self.ids)
@@ -242,7 +304,13 @@ class VQATensors:
     def subset(self, keep) -> "VQATensors":
         "The samples where the bool mask `keep` is true (no re-tokenization)."
         out, k = object.__new__(VQATensors), torch.from_numpy(np.asarray(keep, bool))
-        out.data, out.ids, out.tmask, out.regions, out.rmask = self.data.subset(keep), self.ids[k], self.tmask[k], self.regions, self.rmask
+        out.data, out.ids, out.tmask, out.regions, out.rmask = (
+            self.data.subset(keep),
+            self.ids[k],
+            self.tmask[k],
+            self.regions,
+            self.rmask,
+        )
         out.images, out.labels, out.groups = self.images[k], self.labels[k], self.groups[k]
         return out
 
@@ -264,13 +332,15 @@ def ce_loss(out: Mapping, b: Mapping) -> Tensor:
     return F.cross_entropy(out["logits"].float(), b["labels"], ignore_index=-1)
 
 def ssc_loss(s: float = 20.0, temperature: float = 0.5, dynamic: bool = False) -> Callable:
-    "L_SSC (Eq. 7-9, or Eq. 12 with `dynamic`) of a batch's projections given its answers and paraphrase groups; s=1 gives L_SC (Eq. 3)."
+    """L_SSC (Eq. 7-9, or Eq. 12 with `dynamic`) of a batch's projections given its answers and paraphrase groups; s=1
+    gives L_SC (Eq. 3)."""
     def loss(out: Mapping, b: Mapping) -> Tensor:
         return scaled_supcon(out["z"], b["labels"], b["groups"], s=s, temperature=temperature, dynamic=dynamic)
     return loss
 
 def dmt_loss(model: "VQAModel", base_margin: float = 0.1, scale: float = 0.5) -> Callable:
-    "Dynamic-margin triplet loss on curated triplets (reference, its paraphrase or else its positive, negative); answer embeddings: the classifier's output rows."
+    """Dynamic-margin triplet loss on curated triplets (reference, its paraphrase or else its positive, negative);
+    answer embeddings: the classifier's output rows."""
     def loss(out: Mapping, b: Mapping) -> Tensor:
         ref, neg = b["ref"], b["neg"]                                        # every triplet has its reference
         pos = torch.where(b["para"][ref] >= 0, b["para"][ref], b["pos"])
@@ -286,9 +356,10 @@ SCHEMES, LOSSES = ("alternate", "joint", "pretrain"), ("ce", "ssc", "sc", "dmt")
 
 @dataclass
 class Method:
-    "One row of ConClaT's Tables 1-2: contrastive loss ('ce': none), dynamic scaling, negative types, training scheme, augmentation."
+    """One row of ConClaT's Tables 1-2: contrastive loss ('ce': none), dynamic scaling, negative types, training scheme,
+    augmentation."""
     name: str
-    loss: str = "ssc"                 # 'ce' (cross-entropy only), 'ssc' (Eq. 7-9), 'sc' (Eq. 3), 'dmt' (dynamic-margin triplet)
+    loss: str = "ssc"  # 'ce' (cross-entropy only), 'ssc' (Eq. 7-9), 'sc' (Eq. 3), 'dmt' (dynamic-margin triplet)
     scheme: str = "alternate"         # Alg. 1 'alternate', Alg. 3 'joint', Alg. 4 'pretrain'
     negatives: str = "RQI"            # negative types of curated batches: R(andom), Q(uestion), I(mage)
     dynamic: bool = False             # Eq. 12's weights instead of Eq. 9's
@@ -297,7 +368,8 @@ class Method:
     def __post_init__(self):
         if self.loss not in LOSSES: raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.scheme not in SCHEMES: raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
-        if not self.negatives or set(self.negatives) - set("RQI"): raise ValueError(f"negatives is a non-empty combination of R, Q, I, got {self.negatives!r}")
+        if not self.negatives or set(self.negatives) - set("RQI"):
+            raise ValueError(f"negatives is a non-empty combination of R, Q, I, got {self.negatives!r}")
 
     def weights(self) -> tuple:
         "Table B's (img, que, rand) weights restricted to this method's negative types, normalised."
@@ -306,7 +378,8 @@ class Method:
 
 @dataclass
 class TrainConfig:
-    "Optimisation of one run; the defaults are ConClaT's Table B (N_ce 4, N_r 70, batch 210, s 20, beta 0.5, lr 2e-4, 25K iterations)."
+    """Optimisation of one run; the defaults are ConClaT's Table B (N_ce 4, N_r 70, batch 210, s 20, beta 0.5, lr 2e-4,
+    25K iterations)."""
     steps: int = 25000                # L_CE updates
     batch_size: int = 210
     n_refs: int = 70
@@ -322,7 +395,8 @@ def _adam(params, **kw): return OptimWrapper(params, torch.optim.Adam, **kw)   #
 
 def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: TrainConfig = TrainConfig(),
               neighbours: Tensor | None = None, seed: int = 0):
-    "Train a `VQAModel(**model_kwargs)` as `method` says; returns (model, Learner) (`learn.history` holds every logged loss)."
+    """Train a `VQAModel(**model_kwargs)` as `method` says; returns (model, Learner) (`learn.history` holds every logged
+    loss)."""
     seed_everything(seed)
     model = VQAModel(**model_kwargs)
     data = train if method.augment else train.subset(train.data.original)
@@ -331,11 +405,20 @@ def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: 
     epochs = max(1, round(config.steps / len(ce_dl)))
     cbs = []
     if method.loss != "ce":
-        per_epoch = max(1, len(ce_dl) // (config.n_ce - 1))              # the contrastive updates the alternate scheme makes per epoch
-        cur = CuratedTensors(data, CuratedBatches(data.data, config.n_refs, method.weights(), neighbours, per_epoch, seed))
-        loss = dmt_loss(model) if method.loss == "dmt" else ssc_loss(config.s if method.loss == "ssc" else 1.0, config.temperature, method.dynamic)
-        if method.scheme == "alternate": cbs.append(Alternate(cur, loss, every=config.n_ce, name="contrastive"))
-        elif method.scheme == "joint": cbs.append(Joint(cur, loss, config.beta, name="contrastive", align_every=config.align_every))
+        # the contrastive updates the alternate scheme makes per epoch
+        per_epoch = max(1, len(ce_dl) // (config.n_ce - 1))
+        cur = CuratedTensors(
+            data, CuratedBatches(data.data, config.n_refs, method.weights(), neighbours, per_epoch, seed)
+        )
+        loss = (
+            dmt_loss(model)
+            if method.loss == "dmt"
+            else ssc_loss(config.s if method.loss == "ssc" else 1.0, config.temperature, method.dynamic)
+        )
+        if method.scheme == "alternate":
+            cbs.append(Alternate(cur, loss, every=config.n_ce, name="contrastive"))
+        elif method.scheme == "joint":
+            cbs.append(Joint(cur, loss, config.beta, name="contrastive", align_every=config.align_every))
         else:
             cbs.append(PretrainFinetune(cur, loss, epochs, name="contrastive"))
             epochs *= 2
@@ -350,7 +433,8 @@ def predict(model: VQAModel, t: VQATensors, batch_size: int = 512) -> Tensor:
     return torch.cat([model(t(i))["logits"].argmax(1) for i in index_batches(len(t), batch_size, shuffle=False)])
 
 def vqa_report(model: VQAModel, t: VQATensors, ks: Sequence[int] = (1, 2, 3, 4)) -> dict:
-    "VQA accuracy on the original questions and on their rephrasings, and CS(k) (Eq. 10-11) over groups of at least max(ks) questions."
+    """VQA accuracy on the original questions and on their rephrasings, and CS(k) (Eq. 10-11) over groups of at least
+    max(ks) questions."""
     sc = np.array([vqa_score(t.data.vocab[p], a) for p, a in zip(predict(model, t).tolist(), t.data.answers)])
     o = t.data.original
     cs = consensus_score(t.data.groups.tolist(), sc, list(ks), min_group=max(ks))

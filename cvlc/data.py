@@ -26,7 +26,8 @@ from .metrics import normalize_answer, vqa_score
 import torch
 from torch.utils.data import Dataset
 from .world import World, WorldConfig, make_world, annotate_image, _Balancer, _annotation_rng, _scene_batch
-from .rpm import RPMSet, RPMConfig, make_rpm, sample_puzzle, render_puzzle, meta_target, sparse_rules, augment, shuffle_answers
+from .rpm import RPMSet, RPMConfig, make_rpm, sample_puzzle, render_puzzle, meta_target, sparse_rules
+from .rpm import augment, shuffle_answers
 
 def _image_tensor(img: np.ndarray) -> torch.Tensor:
     "uint8 (H, W, 3) or (..., H, W) -> float tensor in [0, 1], channels first for RGB."
@@ -53,7 +54,8 @@ class WorldCaptions(_WorldItems):
 class WorldQuestions(_WorldItems):
     "(image, question) items of a World; `split='train'` keeps training wordings, 'eval' the held-out rephrasings."
     def __init__(self, world: World, split: str | None = None):
-        if split not in (None, "train", "eval"): raise ValueError(f"split must be None, 'train' or 'eval', got {split!r}")
+        if split not in (None, "train", "eval"):
+            raise ValueError(f"split must be None, 'train' or 'eval', got {split!r}")
         super().__init__(world, [q for q in world.questions if split is None or q.split == split])
     def __getitem__(self, i: int) -> dict:
         q = self.items[i]
@@ -73,15 +75,25 @@ class _Generated(Dataset):
 
 class GeneratedWorld(_Generated):
     "Scenes generated on the fly: item i is image i of `make_world(n, seed)` with its captions (same bytes)."
-    def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None): super().__init__(n, seed, config or WorldConfig())
+
+    def __init__(self, n: int, seed: int = 0, config: WorldConfig | None = None):
+        super().__init__(n, seed, config or WorldConfig())
     def __getitem__(self, i: int) -> dict:
         i = self._check(i)
         images, truths, _ = _scene_batch(self.seed, [i], self.cfg)
-        caps, _ = annotate_image(truths[0], self.cfg, _annotation_rng(self.seed, i), {"caption": 0, "question": 0}, _Balancer(), questions=False)
+        caps, _ = annotate_image(
+            truths[0],
+            self.cfg,
+            _annotation_rng(self.seed, i),
+            {"caption": 0, "question": 0},
+            _Balancer(),
+            questions=False,
+        )
         return {"image": _image_tensor(images[0]), "captions": [c.text for c in caps if c.label == 1], "image_id": i}
 
 class RPMDataset(Dataset):
-    "Raven matrices as float (16, H, W) tensors with target, meta_target and sparse rules; optional augmentation and answer shuffling."
+    """Raven matrices as float (16, H, W) tensors with target, meta_target and sparse rules; optional augmentation and
+    answer shuffling."""
     def __init__(self, rpm: RPMSet, augment: bool = False, shuffle_answers: bool = False, seed: int = 0):
         self.rpm, self.augment, self.shuffle, self.seed = rpm, augment, shuffle_answers, seed
     @classmethod
@@ -100,10 +112,14 @@ def _rpm_item(images: np.ndarray, target: int, meta: np.ndarray, sparse: np.ndar
 
 class GeneratedRPM(_Generated):
     "Raven matrices generated on the fly: item i is puzzle i of `make_rpm(n, seed, config=config)`."
-    def __init__(self, n: int, seed: int = 0, config: RPMConfig | None = None): super().__init__(n, seed, config or RPMConfig())
+
+    def __init__(self, n: int, seed: int = 0, config: RPMConfig | None = None):
+        super().__init__(n, seed, config or RPMConfig())
     def __getitem__(self, i: int) -> dict:
         p = sample_puzzle(self._rng(i), self.cfg)
-        return _rpm_item(render_puzzle(p, self.cfg.size, self.cfg.supersample), p.target, meta_target(p), sparse_rules(p))
+        return _rpm_item(
+            render_puzzle(p, self.cfg.size, self.cfg.supersample), p.target, meta_target(p), sparse_rules(p)
+        )
 
 # %% ../nbs/04_data.ipynb #0ddc0417
 class DataFormatError(ValueError):
@@ -135,7 +151,8 @@ def _get(rec: Any, key: str, typ, file, idx) -> Any:
     "rec[key], checked to be of type typ; a DataFormatError naming file, record and field otherwise."
     id_key = next((k for k in ("id", "question_id", "image_id") if isinstance(rec, dict) and k in rec), None)
     rid = f"{idx}" + (f" ({id_key} {rec[id_key]})" if id_key else "")
-    if not isinstance(rec, dict): raise DataFormatError(file, idx, None, f"expected an object, got {type(rec).__name__}")
+    if not isinstance(rec, dict):
+        raise DataFormatError(file, idx, None, f"expected an object, got {type(rec).__name__}")
     if key not in rec: raise DataFormatError(file, rid, key, "missing")
     v = rec[key]
     if typ is not None and not isinstance(v, typ) or isinstance(v, bool) and typ in (int, (int, float)):
@@ -178,7 +195,8 @@ def load_vqa(questions_json, annotations_json=None, *, on_error: str = "raise") 
     def parse_q(r, i):
         qid = _get(r, "question_id", int, qfile, i)
         group = r.get("rephrasing_of", qid)
-        if not isinstance(group, int) or isinstance(group, bool): raise DataFormatError(qfile, f"{i} (id {qid})", "rephrasing_of", f"expected int, got {group!r}")
+        if not isinstance(group, int) or isinstance(group, bool):
+            raise DataFormatError(qfile, f"{i} (id {qid})", "rephrasing_of", f"expected int, got {group!r}")
         return VQAQuestion(qid, _get(r, "image_id", int, qfile, i), _get(r, "question", str, qfile, i), group)
     qs = _each(items, qfile, on_error, parse_q, report)
     if annotations_json is None: return qs, report
@@ -193,7 +211,9 @@ def load_vqa(questions_json, annotations_json=None, *, on_error: str = "raise") 
         if qid not in by_id: raise DataFormatError(afile, f"{i} (id {qid})", "question_id", f"not in {qfile.name}")
         q = by_id[qid]
         if _get(r, "image_id", int, afile, i) != q.image_id:
-            raise DataFormatError(afile, f"{i} (id {qid})", "image_id", f"{r['image_id']} but the question says {q.image_id}")
+            raise DataFormatError(
+                afile, f"{i} (id {qid})", "image_id", f"{r['image_id']} but the question says {q.image_id}"
+            )
         q.answers, q.answer = texts, _get(r, "multiple_choice_answer", str, afile, i)
         q.question_type, q.answer_type = r.get("question_type"), r.get("answer_type")
         return qid
@@ -201,7 +221,10 @@ def load_vqa(questions_json, annotations_json=None, *, on_error: str = "raise") 
     done = set(_each(anns, afile, on_error, parse_a, areport))
     missing = [q.question_id for q in qs if q.question_id not in done]
     if missing:
-        if on_error == "raise": raise DataFormatError(afile, None, "annotations", f"no annotation for {len(missing)} question(s), e.g. {missing[:3]}")
+        if on_error == "raise":
+            raise DataFormatError(
+                afile, None, "annotations", f"no annotation for {len(missing)} question(s), e.g. {missing[:3]}"
+            )
         report.skipped += len(missing); report.problems.append(f"{len(missing)} question(s) without annotation")
         qs = [q for q in qs if q.question_id in done]
         report.loaded = len(qs)
@@ -209,7 +232,8 @@ def load_vqa(questions_json, annotations_json=None, *, on_error: str = "raise") 
     return qs, report
 
 def answer_vocab(questions: Sequence[VQAQuestion], top_k: int = 3129) -> list[str]:
-    "The `top_k` most frequent normalised answers (`normalize_answer` of each multiple-choice answer), most frequent first."
+    """The `top_k` most frequent normalised answers (`normalize_answer` of each multiple-choice answer), most frequent
+    first."""
     counts = Counter(normalize_answer(q.answer) for q in questions if q.answer is not None)
     if not counts: raise ValueError("no question has an answer (load the annotations)")
     return [a for a, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]]
@@ -238,7 +262,9 @@ def _check_image(image_dir, rel: str, file, rec) -> None:
     if image_dir is not None and not (Path(image_dir) / rel).is_file():
         raise DataFormatError(file, rec, "file_name", f"image {Path(image_dir) / rel} does not exist")
 
-def load_coco_captions(captions_json, image_dir=None, *, on_error: str = "raise") -> tuple[list[CaptionedImage], LoadReport]:
+def load_coco_captions(
+    captions_json, image_dir=None, *, on_error: str = "raise"
+) -> tuple[list[CaptionedImage], LoadReport]:
     "Read a COCO captions file into images with their captions (sorted by image id)."
     f = Path(captions_json)
     data = _load_json(f)
@@ -253,16 +279,28 @@ def load_coco_captions(captions_json, image_dir=None, *, on_error: str = "raise"
     def parse_cap(r, i):
         iid = _get(r, "image_id", int, f, f"annotations[{i}]")
         cap, cid = _get(r, "caption", str, f, f"annotations[{i}]"), _get(r, "id", int, f, f"annotations[{i}]")
-        if iid not in images: raise DataFormatError(f, f"annotations[{i}] (id {cid})", "image_id", f"{iid} is not in images")
+        if iid not in images:
+            raise DataFormatError(f, f"annotations[{i}] (id {cid})", "image_id", f"{iid} is not in images")
         images[iid].captions.append(cap.strip()); images[iid].caption_ids.append(cid)
     caps = LoadReport(str(f))
     _each(_get(data, "annotations", list, f, None), f, on_error, parse_cap, caps)
-    report.loaded, report.skipped, report.problems = n_img, report.skipped + caps.skipped, report.problems + caps.problems
+    report.loaded, report.skipped, report.problems = (
+        n_img,
+        report.skipped + caps.skipped,
+        report.problems + caps.problems,
+    )
     return [images[k] for k in sorted(images)], report
 
-def load_karpathy(split_json, split: str | Sequence[str] | None = None, image_dir=None, *, restval_as_train: bool = True,
-                  on_error: str = "raise") -> tuple[list[CaptionedImage], LoadReport]:
-    "Read a Karpathy split file (COCO or Flickr30K), optionally keeping one split ('train', 'val', 'test'); captions stripped."
+def load_karpathy(
+    split_json,
+    split: str | Sequence[str] | None = None,
+    image_dir=None,
+    *,
+    restval_as_train: bool = True,
+    on_error: str = "raise",
+) -> tuple[list[CaptionedImage], LoadReport]:
+    """Read a Karpathy split file (COCO or Flickr30K), optionally keeping one split ('train', 'val', 'test'); captions
+    stripped."""
     f = Path(split_json)
     data = _load_json(f)
     wanted = None if split is None else ({split} if isinstance(split, str) else set(split))
@@ -273,7 +311,8 @@ def load_karpathy(split_json, split: str | Sequence[str] | None = None, image_di
         fn = _get(r, "filename", str, f, i)
         rel = f"{r['filepath']}/{fn}" if isinstance(r.get("filepath"), str) else fn
         sents = _get(r, "sentences", list, f, i)
-        raws = [_get(s, "raw", str, f, f"{i} sentences[{j}]").strip() for j, s in enumerate(sents)]   # as load_coco_captions: the raw text keeps a trailing space
+        # as load_coco_captions: the raw text keeps a trailing space
+        raws = [_get(s, "raw", str, f, f"{i} sentences[{j}]").strip() for j, s in enumerate(sents)]
         ids = [_get(s, "sentid", int, f, f"{i} sentences[{j}]") for j, s in enumerate(sents)]
         iid = r["cocoid"] if isinstance(r.get("cocoid"), int) else _get(r, "imgid", int, f, i)
         if wanted is None or sp in wanted: _check_image(image_dir, rel, f, f"{i} (id {iid})")
@@ -314,7 +353,9 @@ class GroundedCaption:
 
 _PHRASE = re.compile(r"\[/EN#(\d+)/([^\s\]]+)\s+([^\]]+)\]")
 
-def parse_entities_sentence(line: str, file=None, lineno=None) -> tuple[str, list[tuple[str, int, int, str, list[str]]]]:
+def parse_entities_sentence(
+    line: str, file=None, lineno=None
+) -> tuple[str, list[tuple[str, int, int, str, list[str]]]]:
     "A Flickr30K Entities sentence -> plain caption and (text, first_word, n_words, entity_id, types) per phrase."
     words, phrases, pos = [], [], 0
     for m in _PHRASE.finditer(line):
@@ -324,7 +365,8 @@ def parse_entities_sentence(line: str, file=None, lineno=None) -> tuple[str, lis
         words += ptext
         pos = m.end()
     words += line[pos:].split()
-    if "[/EN#" in _PHRASE.sub("", line): raise DataFormatError(file, lineno, "phrase", f"malformed phrase markup in {line.strip()!r:.80}")
+    if "[/EN#" in _PHRASE.sub("", line):
+        raise DataFormatError(file, lineno, "phrase", f"malformed phrase markup in {line.strip()!r:.80}")
     return " ".join(words), phrases
 
 def _entity_boxes(xml_file: Path) -> tuple[dict[str, list[list[float]]], int, int]:
@@ -341,17 +383,26 @@ def _entity_boxes(xml_file: Path) -> tuple[dict[str, list[list[float]]], int, in
         if bb is None:
             for n in names: boxes.setdefault(n, [])
             continue
-        try: box = [float(bb.findtext(k)) - 1 for k in ("xmin", "ymin", "xmax", "ymax")]   # 1-based -> 0-based, as the official parser
-        except (TypeError, ValueError): raise DataFormatError(xml_file, f"object {i} ({names[0]})", "bndbox", "needs numeric xmin, ymin, xmax, ymax") from None
+        # 1-based -> 0-based, as the official parser
+        try:
+            box = [float(bb.findtext(k)) - 1 for k in ("xmin", "ymin", "xmax", "ymax")]
+        except (TypeError, ValueError):
+            raise DataFormatError(
+                xml_file, f"object {i} ({names[0]})", "bndbox", "needs numeric xmin, ymin, xmax, ymax"
+            ) from None
         for n in names: boxes.setdefault(n, []).append(box)
     return boxes, w, h
 
-def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_error: str = "raise") -> tuple[list[GroundedCaption], LoadReport]:
-    "Read Flickr30K Entities (`root/Sentences/*.txt`, `root/Annotations/*.xml`) into grounded captions, boxes 0-based as the official parser."
+def load_flickr30k_entities(
+    root, image_ids: Iterable[str] | None = None, *, on_error: str = "raise"
+) -> tuple[list[GroundedCaption], LoadReport]:
+    """Read Flickr30K Entities (`root/Sentences/*.txt`, `root/Annotations/*.xml`) into grounded captions, boxes 0-based
+    as the official parser."""
     root = Path(root)
     sdir, adir = root / "Sentences", root / "Annotations"
     for d in (sdir, adir):
-        if not d.is_dir(): raise FileNotFoundError(f"{d}: no such folder (expected Flickr30K Entities' Sentences/ and Annotations/)")
+        if not d.is_dir():
+            raise FileNotFoundError(f"{d}: no such folder (expected Flickr30K Entities' Sentences/ and Annotations/)")
     ids = sorted(image_ids) if image_ids is not None else sorted(p.stem for p in sdir.glob("*.txt"))
     report = LoadReport(str(root))
     def parse(iid, i):
@@ -363,7 +414,9 @@ def load_flickr30k_entities(root, image_ids: Iterable[str] | None = None, *, on_
         for ln, line in enumerate(sfile.read_text(encoding="utf-8").splitlines()):
             if not line.strip(): continue
             cap, phr = parse_entities_sentence(line, sfile, ln + 1)
-            out.append(GroundedCaption(iid, cap, [Phrase(t, s, n, e, ty, boxes.get(e, [])) for t, s, n, e, ty in phr], w, h))
+            out.append(
+                GroundedCaption(iid, cap, [Phrase(t, s, n, e, ty, boxes.get(e, [])) for t, s, n, e, ty in phr], w, h)
+            )
         return out
     per_image = _each(ids, root, on_error, parse, report)
     return [c for caps in per_image for c in caps], report
@@ -394,12 +447,18 @@ def _vg_object(o, file, rec) -> tuple[str, list[float], int | None]:
     x, y, w, h = (_get(o, k, (int, float), file, rec) for k in ("x", "y", "w", "h"))
     return clean_label(name), [float(x), float(y), float(x + w), float(y + h)], o.get("object_id")
 
-def load_vg_relationships(relationships_json, predicate_map: Mapping[str, str | None] | None = None,
-                          object_map: Mapping[str, str | None] | None = None, *, on_error: str = "raise") -> tuple[list[Relation], LoadReport]:
+def load_vg_relationships(
+    relationships_json,
+    predicate_map: Mapping[str, str | None] | None = None,
+    object_map: Mapping[str, str | None] | None = None,
+    *,
+    on_error: str = "raise",
+) -> tuple[list[Relation], LoadReport]:
     "Read Visual Genome relationships with cleaned (and optionally merged) predicate and object labels."
     f = Path(relationships_json)
     data = _load_json(f)
-    if not isinstance(data, list): raise DataFormatError(f, None, None, f"expected a list of images, got {type(data).__name__}")
+    if not isinstance(data, list):
+        raise DataFormatError(f, None, None, f"expected a list of images, got {type(data).__name__}")
     report = LoadReport(str(f))
     pm, om = dict(predicate_map or {}), dict(object_map or {})
     def parse(img, i):
@@ -416,11 +475,14 @@ def load_vg_relationships(relationships_json, predicate_map: Mapping[str, str | 
     rels = [r for img in _each(data, f, on_error, parse, report) for r in img]
     return rels, report
 
-def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = None, *, on_error: str = "raise") -> tuple[dict[int, list[tuple[str, list[float]]]], LoadReport]:
+def load_vg_objects(
+    objects_json, object_map: Mapping[str, str | None] | None = None, *, on_error: str = "raise"
+) -> tuple[dict[int, list[tuple[str, list[float]]]], LoadReport]:
     "Read Visual Genome objects: image id -> [(cleaned name, [x1, y1, x2, y2])]."
     f = Path(objects_json)
     data = _load_json(f)
-    if not isinstance(data, list): raise DataFormatError(f, None, None, f"expected a list of images, got {type(data).__name__}")
+    if not isinstance(data, list):
+        raise DataFormatError(f, None, None, f"expected a list of images, got {type(data).__name__}")
     om = dict(object_map or {})
     report = LoadReport(str(f))
     def parse(img, i):
@@ -436,7 +498,8 @@ def load_vg_objects(objects_json, object_map: Mapping[str, str | None] | None = 
 # %% ../nbs/04_data.ipynb #43284bc8
 @dataclass
 class RavenSet:
-    "Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure (component names) and source file per puzzle."
+    """Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure (component names) and
+    source file per puzzle."""
     images: np.ndarray
     target: np.ndarray
     meta_target: np.ndarray
@@ -450,9 +513,15 @@ def _structure_names(st) -> tuple[str, ...]:
 def _uint8_image(img: np.ndarray, f, i) -> np.ndarray:
     "A RAVEN image as uint8; an image of another dtype is accepted only when it holds integers in 0..255."
     if img.dtype == np.uint8: return img
-    if np.issubdtype(img.dtype, np.integer) and img.size and 0 <= img.min() and img.max() <= 255: return img.astype(np.uint8)
-    raise DataFormatError(f, i, "image", f"expected uint8 pixels (0..255) as the official generators write, got {img.dtype}"
-                          + (f" with values in [{img.min()}, {img.max()}]" if img.size else ""))
+    if np.issubdtype(img.dtype, np.integer) and img.size and 0 <= img.min() and img.max() <= 255:
+        return img.astype(np.uint8)
+    raise DataFormatError(
+        f,
+        i,
+        "image",
+        f"expected uint8 pixels (0..255) as the official generators write, got {img.dtype}"
+        + (f" with values in [{img.min()}, {img.max()}]" if img.size else ""),
+    )
 
 def load_raven(paths, split: str | None = None, *, on_error: str = "raise") -> tuple[RavenSet, LoadReport]:
     "Read RAVEN / I-RAVEN `.npz` puzzles from files or folders (searched recursively), optionally of one split."
@@ -470,14 +539,16 @@ def load_raven(paths, split: str | None = None, *, on_error: str = "raise") -> t
         for k in ("image", "target", "meta_target"):
             if k not in z.files: raise DataFormatError(f, i, k, "missing")
         img = z["image"]
-        if img.ndim != 3 or img.shape[0] != 16: raise DataFormatError(f, i, "image", f"expected (16, H, W), got {img.shape}")
+        if img.ndim != 3 or img.shape[0] != 16:
+            raise DataFormatError(f, i, "image", f"expected (16, H, W), got {img.shape}")
         t = int(np.asarray(z["target"]).reshape(-1)[0])
         if not 0 <= t < 8: raise DataFormatError(f, i, "target", f"expected 0..7, got {t}")
         mt = np.asarray(z["meta_target"]).reshape(-1)
         st = _structure_names(z["structure"]) if "structure" in z.files else ()
         return _uint8_image(img, f, i), t, mt, st, str(f)
     rows = _each(files, report.file, on_error, parse, report)
-    if not rows: raise FileNotFoundError(f"no RAVEN .npz puzzle found in {paths}" + (f" for split {split!r}" if split else ""))
+    if not rows:
+        raise FileNotFoundError(f"no RAVEN .npz puzzle found in {paths}" + (f" for split {split!r}" if split else ""))
     shapes = {r[0].shape for r in rows}
     if len(shapes) > 1: raise DataFormatError(paths, None, "image", f"puzzles of several sizes: {sorted(shapes)}")
     return RavenSet(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]), np.stack([r[2] for r in rows]),

@@ -42,7 +42,13 @@ HYPOTHESIS_KINDS = ("generalised", "linked", "edited", "other")
 
 def weaken(lf: LF, rng) -> LF | None:
     "The logical form with one fixed attribute of one of its descriptions set free (None when nothing is fixed)."
-    opts = [(k, a) for k in ("d1", "d2") if getattr(lf, k) is not None for a in ATTRS if getattr(getattr(lf, k), a) is not None]
+    opts = [
+        (k, a)
+        for k in ("d1", "d2")
+        if getattr(lf, k) is not None
+        for a in ATTRS
+        if getattr(getattr(lf, k), a) is not None
+    ]
     if not opts: return None
     k, a = opts[int(rng.random() * len(opts))]
     return lf._replace(**{k: dataclasses.replace(getattr(lf, k), **{a: None})})
@@ -50,7 +56,8 @@ def weaken(lf: LF, rng) -> LF | None:
 # %% ../nbs/15_entailment.ipynb #e15c0018
 @dataclass
 class EntailmentExample:
-    "A premise (an image and its linked captions), a hypothesis, and the exact labels: text entailment and truth of the image."
+    """A premise (an image and its linked captions), a hypothesis, and the exact labels: text entailment and truth of
+    the image."""
     image_id: int
     premise: list[str]
     hypothesis: str
@@ -81,7 +88,8 @@ def entailment_examples(world, image_ids: Sequence[int], premise: int = 3, per_i
                         mix: Sequence[float] = (0.25, 0.15, 0.3, 0.3)) -> list[EntailmentExample]:
     """Premise = each image and its first `premise` linked captions; `per_image` hypotheses whose kinds are drawn with
     weights `mix` over HYPOTHESIS_KINDS (a kind an image lacks falls back to 'other'); ambiguous truths are dropped."""
-    if len(mix) != len(HYPOTHESIS_KINDS) or min(mix) < 0 or sum(mix) <= 0: raise ValueError(f"mix must be {len(HYPOTHESIS_KINDS)} weights >= 0, got {mix}")
+    if len(mix) != len(HYPOTHESIS_KINDS) or min(mix) < 0 or sum(mix) <= 0:
+        raise ValueError(f"mix must be {len(HYPOTHESIS_KINDS)} weights >= 0, got {mix}")
     rng = random.Random(seed)
     true, negs = _captions_by_image(world)
     pool = [c for i in image_ids for c in true.get(i, [])]
@@ -98,13 +106,18 @@ def entailment_examples(world, image_ids: Sequence[int], premise: int = 3, per_i
             hyps.append((kind, *h))
         T = truth_matrix([world.scenes[i]], [lf for _, lf, _ in hyps])[0]      # one image against its hypotheses
         for (kind, lf, text), v in zip(hyps, T):
-            if v < 0: continue                                                 # ambiguous ("near" at the threshold...)
-            out.append(EntailmentExample(i, [p.text for p in prem], text, kind, int(any(entails(p.lf, lf) for p in prem)), int(v)))
+            if v < 0: continue  # ambiguous ("near" at the threshold...)
+            out.append(
+                EntailmentExample(
+                    i, [p.text for p in prem], text, kind, int(any(entails(p.lf, lf) for p in prem)), int(v)
+                )
+            )
     return out
 
 # %% ../nbs/15_entailment.ipynb #e15c0026
 class CrossBlock(nn.Module):
-    "Pre-norm block: self-attention over the query tokens, cross-attention to a memory (its weights returned), feed-forward."
+    """Pre-norm block: self-attention over the query tokens, cross-attention to a memory (its weights returned),
+    feed-forward."""
     def __init__(self, dim: int, heads: int = 4, ff: int = 2, dropout: float = 0.0):
         super().__init__()
         self.n_self, self.n_cross, self.n_mem, self.n_ff = (nn.LayerNorm(dim) for _ in range(4))
@@ -112,7 +125,9 @@ class CrossBlock(nn.Module):
         self.cross = nn.MultiheadAttention(dim, heads, dropout, batch_first=True)
         self.ff = nn.Sequential(nn.Linear(dim, ff * dim), nn.GELU(), nn.Linear(ff * dim, dim))
 
-    def forward(self, x: Tensor, mask: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, mask: Tensor, memory: Tensor, memory_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         h = self.n_self(x)
         x = x + self.self_attn(h, h, h, key_padding_mask=~mask, need_weights=False)[0]
         m = self.n_mem(memory)
@@ -121,14 +136,17 @@ class CrossBlock(nn.Module):
         return x + self.ff(self.n_ff(x)), w
 
 class Reader(nn.Module):
-    "[CLS] + hypothesis tokens through CrossBlocks over a memory; returns the [CLS] state and its attention over the memory (last block)."
+    """[CLS] + hypothesis tokens through CrossBlocks over a memory; returns the [CLS] state and its attention over the
+    memory (last block)."""
     def __init__(self, dim: int, layers: int = 2, heads: int = 4):
         super().__init__()
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
         self.blocks = nn.ModuleList(CrossBlock(dim, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, tokens: Tensor, mask: Tensor, memory: Tensor, memory_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, tokens: Tensor, mask: Tensor, memory: Tensor, memory_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         B = len(tokens)
         x = torch.cat([self.cls.expand(B, -1, -1), tokens], 1)
         mask = torch.cat([mask.new_ones(B, 1), mask.bool()], 1)
@@ -161,7 +179,8 @@ class BankText(nn.Module):
 
 class EntailmentClassifier(nn.Module):
     """Textual module (hypothesis reads the premise captions), visual module (hypothesis reads the image grid), gate
-    unit, and one two-class MLP per hidden state; `forward(batch)` gives logits 't', 'v', 'm' and the visual attention."""
+    unit, and one two-class MLP per hidden state; `forward(batch)` gives logits 't', 'v', 'm' and the visual
+    attention."""
     def __init__(self, text: nn.Module, dim: int = 128, layers: int = 2, visual: VisualStream | None = None,
                  freeze_visual: bool = False):
         super().__init__()
@@ -176,7 +195,8 @@ class EntailmentClassifier(nn.Module):
         self.head_t, self.head_v, self.head_m = mlp_classifier(dim), mlp_classifier(dim), mlp_classifier(dim)
 
     def premise(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        "Token states of the premise captions (B, P sentence ids, -1 = none), concatenated after the empty-premise token."
+        """Token states of the premise captions (B, P sentence ids, -1 = none), concatenated after the empty-premise
+        token."""
         B, Pn = ids.shape
         h, m = self.text(ids.clamp_min(0).flatten())
         m = m & (ids.flatten() >= 0)[:, None].to(m.device)
@@ -226,15 +246,20 @@ def entailment_set(rows: Sequence[EntailmentExample], bank: SentenceBank, source
 def concat_sets(sets: Sequence[dict]) -> dict:
     "One set from several (premise columns padded with -1)."
     Pn = max(s["premise"].shape[1] for s in sets)
-    return {k: torch.cat([F.pad(s[k], (0, Pn - s[k].shape[1]), value=-1) if k == "premise" else s[k] for s in sets]) for k in sets[0]}
+    return {
+        k: torch.cat([F.pad(s[k], (0, Pn - s[k].shape[1]), value=-1) if k == "premise" else s[k] for s in sets])
+        for k in sets[0]
+    }
 
 # %% ../nbs/15_entailment.ipynb #e15c0037
 class EntailmentBatches:
-    "Batches of an entailment set: each epoch shuffled with its own generator (or in order); images looked up, TE images black."
+    """Batches of an entailment set: each epoch shuffled with its own generator (or in order); images looked up, TE
+    images black."""
     def __init__(self, data: dict, images: Tensor, batch_size: int, seed: int = 0, shuffle: bool = True):
         self.data, self.images, self.bs, self.shuffle = data, images, batch_size, shuffle
         self.n, self.g = len(data["y"]), torch.Generator().manual_seed(seed)
-        if self.n < (batch_size if shuffle else 1): raise ValueError(f"{self.n} examples are fewer than one batch of {batch_size}")
+        if self.n < (batch_size if shuffle else 1):
+            raise ValueError(f"{self.n} examples are fewer than one batch of {batch_size}")
     def __len__(self) -> int: return self.n // self.bs if self.shuffle else math.ceil(self.n / self.bs)
     def __iter__(self):
         for idx in index_batches(self.n, self.bs, self.g, self.shuffle):
@@ -247,7 +272,8 @@ def mask_patches(images: Tensor, attention: Tensor, ratio: float = 0.4) -> Tenso
     "Black out the round(ratio * cells) grid cells with the highest attention (attention: (B, g*g) over a g x g grid)."
     B, C, H, W = images.shape
     g = int(round(attention.shape[1] ** 0.5))
-    if g * g != attention.shape[1] or H % g or W % g: raise ValueError(f"attention over {attention.shape[1]} cells does not tile {H}x{W} images")
+    if g * g != attention.shape[1] or H % g or W % g:
+        raise ValueError(f"attention over {attention.shape[1]} cells does not tile {H}x{W} images")
     if not 0 < ratio < 1: raise ValueError(f"ratio must be in (0, 1), got {ratio}")
     k = max(1, round(ratio * g * g))
     cells = torch.zeros_like(attention, dtype=torch.bool).scatter_(1, attention.topk(k, dim=1).indices, True)
@@ -285,7 +311,9 @@ class ClassifierConfig:
     freeze_visual: bool = True
 
 @torch.no_grad()
-def predict_entailment(model: EntailmentClassifier, data: dict, images: Tensor, batch_size: int = 256) -> dict[str, Tensor]:
+def predict_entailment(
+    model: EntailmentClassifier, data: dict, images: Tensor, batch_size: int = 256
+) -> dict[str, Tensor]:
     "P(entailment) of each head ('t', 'v', 'm') for every example of `data`."
     model.eval()
     outs = {k: [] for k in "tvm"}
@@ -294,21 +322,41 @@ def predict_entailment(model: EntailmentClassifier, data: dict, images: Tensor, 
         for k in "tvm": outs[k].append(o[k].softmax(-1)[:, 1])
     return {k: torch.cat(v) for k, v in outs.items()}
 
-def train_classifier(data: dict, images: Tensor, bank: SentenceBank, config: ClassifierConfig | None = None, seed: int = 0,
-                     visual: VisualStream | None = None, text: Callable[[SentenceBank, int], nn.Module] = BankText) -> EntailmentClassifier:
-    """Train an EntailmentClassifier on a (concatenated) entailment set for about `config.steps` updates (one-cycle schedule);
+def train_classifier(
+    data: dict,
+    images: Tensor,
+    bank: SentenceBank,
+    config: ClassifierConfig | None = None,
+    seed: int = 0,
+    visual: VisualStream | None = None,
+    text: Callable[[SentenceBank, int], nn.Module] = BankText,
+) -> EntailmentClassifier:
+    """Train an EntailmentClassifier on a (concatenated) entailment set for about `config.steps` updates (one-cycle
+    schedule);
     its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight."""
     config = config or ClassifierConfig()
     seed_everything(seed)
-    model = EntailmentClassifier(text(bank, config.dim), config.dim, visual=copy.deepcopy(visual) if visual is not None else None,
-                                 freeze_visual=config.freeze_visual and visual is not None)
-    fit_steps(model, EntailmentBatches(data, images, config.batch_size, seed), entailment_loss, config.steps, config.lr, config.wd,
-              [ImageMasking()] if config.masking else [])
+    model = EntailmentClassifier(
+        text(bank, config.dim),
+        config.dim,
+        visual=copy.deepcopy(visual) if visual is not None else None,
+        freeze_visual=config.freeze_visual and visual is not None,
+    )
+    fit_steps(
+        model,
+        EntailmentBatches(data, images, config.batch_size, seed),
+        entailment_loss,
+        config.steps,
+        config.lr,
+        config.wd,
+        [ImageMasking()] if config.masking else [],
+    )
     return model
 
 # %% ../nbs/15_entailment.ipynb #e15c0043
 class DualEncoder(nn.Module):
-    "Images through a VisualStream + projection; captions as mean-pooled frozen token states + projection; a learned temperature."
+    """Images through a VisualStream + projection; captions as mean-pooled frozen token states + projection; a learned
+    temperature."""
     def __init__(self, bank: SentenceBank, dim: int = 128, out: int = 128, temperature: float = 0.07):
         super().__init__()
         self.bank, self.visual = bank, VisualStream(dim)
@@ -320,10 +368,15 @@ class DualEncoder(nn.Module):
         dev = self.logit_scale.device
         return self.txt(masked_mean(h.to(dev), m.to(dev)))
     def forward(self, b: dict) -> dict:
-        return dict(img=self.encode_image(b["image"]), txt=self.encode_text(b["caption"]), scale=self.logit_scale.exp().clamp(max=100))
+        return dict(
+            img=self.encode_image(b["image"]),
+            txt=self.encode_text(b["caption"]),
+            scale=self.logit_scale.exp().clamp(max=100),
+        )
 
 def retrieval_loss(out: dict, b: dict) -> Tensor:
-    "Symmetric InfoNCE with diagonal positives; pairs marked in b['entailed'] (B, B) are no candidates (neither positive nor negative)."
+    """Symmetric InfoNCE with diagonal positives; pairs marked in b['entailed'] (B, B) are no candidates (neither
+    positive nor negative)."""
     L = out["scale"] * out["img"] @ out["txt"].T
     pos = torch.eye(len(L), dtype=torch.bool, device=L.device)
     cand = ~b["entailed"].to(L.device) | pos
@@ -331,17 +384,23 @@ def retrieval_loss(out: dict, b: dict) -> Tensor:
 
 # %% ../nbs/15_entailment.ipynb #e15c0045
 class PairBatches:
-    "Batches of linked (image, caption) pairs, shuffled each epoch; `entailed` marks the in-batch pairs known to be true (excluded as negatives)."
-    def __init__(self, pairs: Tensor, images: Tensor, caption_ids: Tensor, known: Tensor | None, batch_size: int, seed: int = 0):
-        if pairs.ndim != 2 or pairs.shape[1] != 2: raise ValueError(f"pairs must be (n, 2) (image, caption) indices, got {tuple(pairs.shape)}")
+    """Batches of linked (image, caption) pairs, shuffled each epoch; `entailed` marks the in-batch pairs known to be
+    true (excluded as negatives)."""
+
+    def __init__(
+        self, pairs: Tensor, images: Tensor, caption_ids: Tensor, known: Tensor | None, batch_size: int, seed: int = 0
+    ):
+        if pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError(f"pairs must be (n, 2) (image, caption) indices, got {tuple(pairs.shape)}")
         if len(pairs) < batch_size: raise ValueError(f"{len(pairs)} pairs are fewer than one batch of {batch_size}")
         self.pairs, self.images, self.cids, self.known = pairs, images, caption_ids, known
         self.bs, self.g = batch_size, torch.Generator().manual_seed(seed)
     def __len__(self) -> int: return len(self.pairs) // self.bs
     def batch(self, img: Tensor, cap: Tensor) -> dict:
         "The batch of pairs (img[i], cap[i])."
-        if self.known is None: ent = torch.zeros(len(img), len(img), dtype=torch.bool)       # as usual: every other pair is negative
-        else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])                  # + another caption of the same image
+        # as usual: every other pair is negative
+        if self.known is None: ent = torch.zeros(len(img), len(img), dtype=torch.bool)
+        else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])  # + another caption of the same image
         return dict(image=self.images[img], caption=self.cids[cap], entailed=ent, img=img)
     def __iter__(self):
         for idx in index_batches(len(self.pairs), self.bs, self.g):
@@ -355,7 +414,8 @@ class _Repeat:
         while True: yield self.fn()
 
 class WeakOfBatch(WeakPositives):
-    "After each step, one step at alpha x lr on entailed (weak) captions of the images of that step (at most one per image)."
+    """After each step, one step at alpha x lr on entailed (weak) captions of the images of that step (at most one per
+    image)."""
     def __init__(self, batches: PairBatches, weak: Tensor, alpha: float = 0.3, seed: int = 0):
         super().__init__(_Repeat(self.weak_batch), None, alpha)
         self.batches, self.g = batches, torch.Generator().manual_seed(seed)
@@ -379,13 +439,22 @@ class RetrievalConfig:
 
 def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: SentenceBank, known: Tensor | None = None,
                     weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0) -> DualEncoder:
-    """Train a DualEncoder on linked pairs; `known` (images x captions, bool): pairs never used as negatives; `weak`: pairs
+    """Train a DualEncoder on linked pairs; `known` (images x captions, bool): pairs never used as negatives; `weak`:
+    pairs
     trained on as weak positives (WeakOfBatch). Both None: training as usual."""
     config = config or RetrievalConfig()
     seed_everything(seed)
     model = DualEncoder(bank)
     dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed)
-    fit_steps(model, dl, retrieval_loss, config.steps, config.lr, config.wd, [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [])
+    fit_steps(
+        model,
+        dl,
+        retrieval_loss,
+        config.steps,
+        config.lr,
+        config.wd,
+        [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [],
+    )
     return model
 
 def similarity(model: DualEncoder, images: Tensor, caption_ids: Tensor, batch_size: int = 256) -> Tensor:

@@ -29,7 +29,8 @@ from .models import TextEncoder, VisualStream, roi_align
 
 # %% ../nbs/13_grounding.ipynb #54c94adb
 def world_proposals(scenes, n: int = 12, seed: int = 0) -> tuple[Tensor, Tensor]:
-    "Per image: its objects' boxes (x1, y1, x2, y2 pixels, in object order) then distractor boxes (IoU < 0.5 with every object) up to n; and the object counts."
+    """Per image: its objects' boxes (x1, y1, x2, y2 pixels, in object order) then distractor boxes (IoU < 0.5 with
+    every object) up to n; and the object counts."""
     boxes, counts = [], []
     for s in scenes:
         g = np.random.default_rng([seed, s.image_id])
@@ -68,8 +69,18 @@ class RegionEncoder(nn.Module):
 
 # %% ../nbs/13_grounding.ipynb #fc2df017
 class MaskedLM(nn.Module):
-    "A transformer encoder with BERT's masked-LM head (dense, GELU, LayerNorm, output tied to the input embeddings); returns (states, logits)."
-    def __init__(self, vocab_size: int, dim: int = 64, layers: int = 2, heads: int = 4, max_length: int = 32, dropout: float = 0.1):
+    """A transformer encoder with BERT's masked-LM head (dense, GELU, LayerNorm, output tied to the input embeddings);
+    returns (states, logits)."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        max_length: int = 32,
+        dropout: float = 0.1,
+    ):
         super().__init__()
         self.encoder = TextEncoder(vocab_size, dim, layers, heads, max_length, dropout)
         self.transform = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.LayerNorm(dim))
@@ -81,7 +92,8 @@ class MaskedLM(nn.Module):
 
 def mask_tokens(ids: Tensor, n_special: int, mask_id: int, vocab_size: int, p: float = 0.15,
                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    "BERT's masking of (B, T) ids: a share p of the non-special tokens are targets; 80% of them become mask_id, 10% a random word, 10% stay. Returns (inputs, targets with -100 elsewhere)."
+    """BERT's masking of (B, T) ids: a share p of the non-special tokens are targets; 80% of them become mask_id, 10% a
+    random word, 10% stay. Returns (inputs, targets with -100 elsewhere)."""
     x, y = ids.clone(), ids.clone()
     target = (torch.rand(ids.shape, generator=generator) < p) & (ids >= n_special)
     y[~target] = -100
@@ -93,7 +105,8 @@ def mask_tokens(ids: Tensor, n_special: int, mask_id: int, vocab_size: int, p: f
 
 # %% ../nbs/13_grounding.ipynb #129869e8
 class MLP(nn.Module):
-    "Linear -> BatchNorm -> ReLU -> Linear on the last dimension; rows where `mask` is False (padding) are skipped and come out 0."
+    """Linear -> BatchNorm -> ReLU -> Linear on the last dimension; rows where `mask` is False (padding) are skipped and
+    come out 0."""
     def __init__(self, d_in: int, d_out: int, hidden: int | None = None):
         super().__init__()
         h = hidden or d_in
@@ -103,7 +116,9 @@ class MLP(nn.Module):
         keep = None if mask is None else mask.reshape(-1)
         y = self.fc2(F.relu(self.bn(self.fc1(flat if keep is None else flat[keep]))))
         if keep is not None:
-            y = torch.zeros(len(flat), y.shape[-1], dtype=y.dtype, device=y.device).index_put((keep.nonzero()[:, 0],), y)
+            y = torch.zeros(len(flat), y.shape[-1], dtype=y.dtype, device=y.device).index_put(
+                (keep.nonzero()[:, 0],), y
+            )
         return y.reshape(*x.shape[:-1], -1)
 
 # %% ../nbs/13_grounding.ipynb #87c66eaa
@@ -111,14 +126,16 @@ def _masked_softmax(s: Tensor, mask: Tensor) -> Tensor:
     return s.masked_fill(~mask, torch.finfo(s.dtype).min).softmax(-1) * mask
 
 class WordRegionAttention(nn.Module):
-    "InfoGround's compatibility phi(R, w) = v_w(w) . sum_i a(r_i, w) v_r(r_i) with the attention of Eq. 6 (padded regions masked)."
+    """InfoGround's compatibility phi(R, w) = v_w(w) . sum_i a(r_i, w) v_r(r_i) with the attention of Eq. 6 (padded
+    regions masked)."""
     def __init__(self, d_region: int, d_word: int, d: int = 64):
         super().__init__()
         self.k_r, self.v_r, self.q_w, self.v_w = MLP(d_region, d), MLP(d_region, d), MLP(d_word, d), MLP(d_word, d)
         self.d = d
 
     def regions(self, R: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        "Keys, values and mask of the regions R (images, m, d_region): computed once, they serve `all_pairs` and `own_image` (kv=)."
+        """Keys, values and mask of the regions R (images, m, d_region): computed once, they serve `all_pairs` and
+        `own_image` (kv=)."""
         if R.ndim != 3: raise ValueError(f"regions must be (images, m, d_region), got {tuple(R.shape)}")
         mask = torch.ones(R.shape[:2], dtype=torch.bool, device=R.device) if mask is None else mask.bool()
         if not mask.any(1).all(): raise ValueError("every image needs at least one region that is not padding")
@@ -129,9 +146,11 @@ class WordRegionAttention(nn.Module):
         K, V, mask = kv if kv is not None else self.regions(R, region_mask)
         q, vw = self.q_w(W), self.v_w(W)
         a = _masked_softmax(torch.einsum("nd,bmd->nbm", q, K) / math.sqrt(self.d), mask[None])     # Eq. 6
-        return (vw[:, None] * torch.einsum("nbm,bmd->nbd", a, V)).sum(-1), a                      # Eq. 7, phi
+        return (vw[:, None] * torch.einsum("nbm,bmd->nbd", a, V)).sum(-1), a  # Eq. 7, phi
 
-    def own_image(self, R: Tensor, W: Tensor, region_mask: Tensor | None = None, word_mask: Tensor | None = None, kv=None) -> tuple[Tensor, Tensor]:
+    def own_image(
+        self, R: Tensor, W: Tensor, region_mask: Tensor | None = None, word_mask: Tensor | None = None, kv=None
+    ) -> tuple[Tensor, Tensor]:
         "phi of each image's own words W (B, k, d_word) with that image: (B, k), and the attention (B, k, m)."
         K, V, mask = kv if kv is not None else self.regions(R, region_mask)
         q, vw = self.q_w(W, word_mask), self.v_w(W, word_mask)
@@ -147,16 +166,24 @@ def img_loss(phi: Tensor, word_image: Tensor, batch_images: Tensor) -> Tensor:
 
 def lang_loss(phi: Tensor, valid: Tensor | None = None) -> Tensor:
     "Eq. 9: phi (captions, 1 + K) with the true word's compatibility first; `valid` masks missing negatives."
-    if phi.ndim != 2 or phi.shape[1] < 2: raise ValueError(f"phi must be (captions, 1 + K) with K >= 1, got {tuple(phi.shape)}")
+    if phi.ndim != 2 or phi.shape[1] < 2:
+        raise ValueError(f"phi must be (captions, 1 + K) with K >= 1, got {tuple(phi.shape)}")
     pos = torch.zeros_like(phi); pos[:, 0] = 1
     mask = None if valid is None else valid.bool().clone()
     if mask is not None: mask[:, 0] = True
     return contrastive(phi, pos, mask)
 
 # %% ../nbs/13_grounding.ipynb #251c901d
-def rank_substitutes(p: Tensor, q: Tensor, candidates: Tensor, n_propose: int = 30, n_keep: int = 25, rerank: bool = True) -> Tensor:
-    "Per row: the n_propose candidates most likely under p, then the n_keep best by p/q (rerank) or by p; (N, n_keep) vocabulary ids, -1 where fewer."
-    if p.shape != q.shape or p.shape != candidates.shape: raise ValueError(f"p, q and candidates must have one shape, got {tuple(p.shape)}, {tuple(q.shape)}, {tuple(candidates.shape)}")
+def rank_substitutes(
+    p: Tensor, q: Tensor, candidates: Tensor, n_propose: int = 30, n_keep: int = 25, rerank: bool = True
+) -> Tensor:
+    """Per row: the n_propose candidates most likely under p, then the n_keep best by p/q (rerank) or by p; (N, n_keep)
+    vocabulary ids, -1 where fewer."""
+    if p.shape != q.shape or p.shape != candidates.shape:
+        raise ValueError(
+            f"p, q and candidates must have one shape, got {tuple(p.shape)}, {tuple(q.shape)}, "
+            f"{tuple(candidates.shape)}"
+        )
     if n_keep > n_propose: raise ValueError(f"n_keep ({n_keep}) cannot exceed n_propose ({n_propose})")
     cand = candidates.bool()
     k = min(n_propose, p.shape[1])
@@ -173,7 +200,8 @@ def rank_substitutes(p: Tensor, q: Tensor, candidates: Tensor, n_propose: int = 
 @torch.no_grad()
 def masked_lm_probs(lm: Callable, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, mask_id: int,
                     batch_size: int = 1024) -> tuple[Tensor, Tensor]:
-    "p(s'|c) with the position masked and q(s'|s,c) with the caption as it is, at `positions` (one per row): two (N, vocab) tensors."
+    """p(s'|c) with the position masked and q(s'|s,c) with the caption as it is, at `positions` (one per row): two (N,
+    vocab) tensors."""
     ps, qs = [], []
     for i in range(0, len(input_ids), batch_size):
         ids, am, pos = input_ids[i:i + batch_size], attention_mask[i:i + batch_size], positions[i:i + batch_size]
@@ -185,14 +213,27 @@ def masked_lm_probs(lm: Callable, input_ids: Tensor, attention_mask: Tensor, pos
 
 # %% ../nbs/13_grounding.ipynb #f8cf9987
 @torch.no_grad()
-def hf_substitutes(model, tokenizer, captions: Sequence[str], word_positions: Sequence[int], allowed: Sequence[str] | None = None,
-                   n_propose: int = 30, n_keep: int = 25, rerank: bool = True) -> list[list[str]]:
-    "Context-preserving substitutes for word `word_positions[i]` (space-separated) of each caption, from a Hugging Face masked LM."
+def hf_substitutes(
+    model,
+    tokenizer,
+    captions: Sequence[str],
+    word_positions: Sequence[int],
+    allowed: Sequence[str] | None = None,
+    n_propose: int = 30,
+    n_keep: int = 25,
+    rerank: bool = True,
+) -> list[list[str]]:
+    """Context-preserving substitutes for word `word_positions[i]` (space-separated) of each caption, from a Hugging
+    Face masked LM."""
     words = [c.split(" ") for c in captions]
     enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
-    pos = torch.tensor([next(t for t, w in enumerate(enc.word_ids(i)) if w == word_positions[i]) for i in range(len(captions))])
+    pos = torch.tensor(
+        [next(t for t, w in enumerate(enc.word_ids(i)) if w == word_positions[i]) for i in range(len(captions))]
+    )
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    ok = torch.tensor([v.isalpha() and not v.startswith("##") and (allowed is None or v in set(allowed)) for v in vocab])
+    ok = torch.tensor(
+        [v.isalpha() and not v.startswith("##") and (allowed is None or v in set(allowed)) for v in vocab]
+    )
     cand = ok.repeat(len(captions), 1)
     orig = enc["input_ids"][torch.arange(len(captions)), pos]
     cand[torch.arange(len(captions)), orig] = False                              # never the word itself
@@ -205,7 +246,8 @@ def hf_substitutes(model, tokenizer, captions: Sequence[str], word_positions: Se
 @torch.no_grad()
 def phrase_region_scores(att: WordRegionAttention, regions: Tensor, region_mask: Tensor | None, phrase_image: Tensor,
                          token_feats: Tensor, token_mask: Tensor) -> Tensor:
-    "Per phrase (P), per region of its image: the max over the phrase's tokens (P, n, d_word; mask P, n) of their attention (P, m)."
+    """Per phrase (P), per region of its image: the max over the phrase's tokens (P, n, d_word; mask P, n) of their
+    attention (P, m)."""
     was = att.training
     att.eval()
     R = regions[phrase_image]
@@ -214,8 +256,11 @@ def phrase_region_scores(att: WordRegionAttention, regions: Tensor, region_mask:
     att.train(was)
     return a.masked_fill(~token_mask[..., None], -1.0).max(1).values
 
-def grounding_metrics(scores: Tensor, boxes: Tensor, gt_boxes: Sequence[Tensor], ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    "Pointing accuracy (centre of the top region) and recall@k (IoU >= 0.5) of ranked regions: scores (P, m), boxes (P, m, 4)."
+def grounding_metrics(
+    scores: Tensor, boxes: Tensor, gt_boxes: Sequence[Tensor], ks: Sequence[int] = (1, 5, 10)
+) -> dict[str, float]:
+    """Pointing accuracy (centre of the top region) and recall@k (IoU >= 0.5) of ranked regions: scores (P, m), boxes
+    (P, m, 4)."""
     order = scores.argsort(1, descending=True)
     ranked = boxes.gather(1, order[..., None].expand(-1, -1, 4))
     centres = (ranked[:, 0, :2] + ranked[:, 0, 2:]) / 2

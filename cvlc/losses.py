@@ -68,7 +68,8 @@ def _check_reduction(reduction: str) -> None:
 def _check_temperature(temperature) -> Tensor | float:
     "A positive finite float, or a positive scalar tensor (a learnable temperature)."
     if isinstance(temperature, Tensor):
-        if temperature.numel() != 1: raise ValueError(f"temperature must be a scalar, got shape {tuple(temperature.shape)}")
+        if temperature.numel() != 1:
+            raise ValueError(f"temperature must be a scalar, got shape {tuple(temperature.shape)}")
         t = float(temperature.detach())
     elif isinstance(temperature, (int, float)) and not isinstance(temperature, bool): t = float(temperature)
     else: raise TypeError(f"temperature must be a number or a scalar tensor, got {type(temperature).__name__}")
@@ -77,17 +78,23 @@ def _check_temperature(temperature) -> Tensor | float:
 
 def _check_core(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | None) -> None:
     _check_float(logits, "logits", 2)
-    if not isinstance(pos_weight, Tensor): raise TypeError(f"pos_weight must be a tensor, got {type(pos_weight).__name__}")
+    if not isinstance(pos_weight, Tensor):
+        raise TypeError(f"pos_weight must be a tensor, got {type(pos_weight).__name__}")
     if pos_weight.shape != logits.shape:
-        raise ValueError(f"pos_weight must have the shape of logits {tuple(logits.shape)}, got {tuple(pos_weight.shape)}")
+        raise ValueError(
+            f"pos_weight must have the shape of logits {tuple(logits.shape)}, got {tuple(pos_weight.shape)}"
+        )
     if pos_weight.dtype != torch.bool and not pos_weight.is_floating_point():
         raise TypeError(f"pos_weight must be bool or floating, got {pos_weight.dtype}")
     if pos_weight.dtype != torch.bool and bool((pos_weight < 0).any()):
         raise ValueError("pos_weight must be >= 0 (a weight per positive, 0 for the others)")
     if candidate_mask is not None:
-        if candidate_mask.dtype != torch.bool: raise TypeError(f"candidate_mask must be bool, got {candidate_mask.dtype}")
+        if candidate_mask.dtype != torch.bool:
+            raise TypeError(f"candidate_mask must be bool, got {candidate_mask.dtype}")
         if candidate_mask.shape != logits.shape:
-            raise ValueError(f"candidate_mask must have the shape of logits {tuple(logits.shape)}, got {tuple(candidate_mask.shape)}")
+            raise ValueError(
+                f"candidate_mask must have the shape of logits {tuple(logits.shape)}, got {tuple(candidate_mask.shape)}"
+            )
         if bool(((pos_weight > 0) & ~candidate_mask).any()):
             raise ValueError("every positive must be a candidate: pos_weight > 0 where candidate_mask is False")
 
@@ -110,7 +117,9 @@ class _CoreFn(torch.autograd.Function):
         return (D * g_rows[:, None]).to(ctx.in_dtype), None, None, None
 
 def _warn_no_positive() -> None:
-    warnings.warn("contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        "contrastive loss: no anchor has a positive in this batch; the loss is 0", RuntimeWarning, stacklevel=4
+    )
 
 def _reduce(rows: Tensor, valid: Tensor, reduction: str, anchor: Tensor) -> Tensor:
     "mean over anchors with a positive (a zero with a gradient path, and a warning, when there is none), sum, or none."
@@ -133,7 +142,8 @@ def contrastive(logits: Tensor, pos_weight: Tensor, candidate_mask: Tensor | Non
 
 # %% ../nbs/01_losses.ipynb #d339f400
 class Block(NamedTuple):
-    "Positive weights (rows x candidates; None on the label path), an optional candidate mask, and an optional column per row to exclude."
+    """Positive weights (rows x candidates; None on the label path), an optional candidate mask, and an optional column
+    per row to exclude."""
     pos_weight: Tensor | None
     candidate_mask: Tensor | None = None
     excl: Tensor | None = None
@@ -197,7 +207,8 @@ class _FusedFn(torch.autograd.Function):
                 if want_s: gs += (a * DC).sum()
         if labels is not None and want_c:                        # - sum over anchors of P_ij a_i / |P(i)|
             gC -= float(s) * wsum[cl]
-            if self_cols: gC.index_add_(0, torch.cat(self_cols), float(s) * torch.cat(self_w))   # an anchor is not its own positive
+            # an anchor is not its own positive
+            if self_cols: gC.index_add_(0, torch.cat(self_cols), float(s) * torch.cat(self_w))
         ctx.save_for_backward(gA, gC, gs)
         ctx.dtypes = (A.dtype, C.dtype, scale.dtype)
         ctx.mark_non_differentiable(count)
@@ -213,8 +224,10 @@ class _FusedFn(torch.autograd.Function):
 
 # %% ../nbs/01_losses.ipynb #l1s00002
 def _label_block(S, a, Cf, s, al, cl, excl, csum, ccnt, need_grad):
-    """Row losses and gradient pieces when positives are the candidates sharing the anchor's label (S may be overwritten).
-    With E the softmax: row loss = lse - s a.(sum of positives)/|P|, dloss/dS = E - P/|P|; returns E and the P @ C part."""
+    """Row losses and gradient pieces when positives are the candidates sharing the anchor's label (S may be
+    overwritten).
+    With E the softmax: row loss = lse - s a.(sum of positives)/|P|, dloss/dS = E - P/|P|; returns E and the P @ C
+    part."""
     neg_big = torch.finfo(S.dtype).min
     r = torch.arange(len(S), device=S.device)
     own = csum[al]                                                # sum of the candidates with the anchor's label
@@ -233,15 +246,29 @@ def _label_block(S, a, Cf, s, al, cl, excl, csum, ccnt, need_grad):
     return rows, valid, E, own * w[:, None], w
 
 # %% ../nbs/01_losses.ipynb #l1s00003
-def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[int, int], Block], temperature=1.0, *,
-                         exclude_other_positives: bool = False, reduction: str = "mean", chunk_size: int | None = None,
-                         return_count: bool = False, check_blocks: bool = True, labels: tuple[Tensor, Tensor] | None = None):
-    """The core on logits `anchors @ candidates.T / temperature`, blockwise (exact; the anchors x candidates matrix is never stored).
+def contrastive_features(
+    anchors: Tensor,
+    candidates: Tensor,
+    blocks: Callable[[int, int], Block],
+    temperature=1.0,
+    *,
+    exclude_other_positives: bool = False,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+    return_count: bool = False,
+    check_blocks: bool = True,
+    labels: tuple[Tensor, Tensor] | None = None,
+):
+    """The core on logits `anchors @ candidates.T / temperature`, blockwise (exact; the anchors x candidates matrix is
+    never stored).
     With `labels=(anchor_labels, candidate_labels)` the positives are the candidates with the anchor's label (minus the
-    block's excluded column), computed from class sums without any positive-weight matrix; `blocks` then only supplies `excl`."""
+    block's excluded column), computed from class sums without any positive-weight matrix; `blocks` then only supplies
+    `excl`."""
     _check_float(anchors, "anchors", 2); _check_float(candidates, "candidates", 2)
     if anchors.shape[1] != candidates.shape[1]:
-        raise ValueError(f"anchors and candidates must have the same feature size, got {anchors.shape[1]} and {candidates.shape[1]}")
+        raise ValueError(
+            f"anchors and candidates must have the same feature size, got {anchors.shape[1]} and {candidates.shape[1]}"
+        )
     _check_reduction(reduction)
     temperature = _check_temperature(temperature)
     if reduction == "none":   # per-row gradients need the per-row upstream weights: materialise the logits
@@ -254,12 +281,19 @@ def contrastive_features(anchors: Tensor, candidates: Tensor, blocks: Callable[[
             M[torch.arange(len(L), device=L.device), b.excl] = False
         return contrastive(L, b.pos_weight, M, exclude_other_positives=exclude_other_positives, reduction="none",
                            return_count=return_count)
-    scale = (1 / temperature) if isinstance(temperature, Tensor) else torch.tensor(1 / temperature, dtype=torch.float64, device=anchors.device)
+    scale = (
+        (1 / temperature)
+        if isinstance(temperature, Tensor)
+        else torch.tensor(1 / temperature, dtype=torch.float64, device=anchors.device)
+    )
     lab = None
     if labels is not None and not exclude_other_positives:
         al, cl = labels
         if al.shape != (len(anchors),) or cl.shape != (len(candidates),):
-            raise ValueError(f"labels must be ({len(anchors)},) and ({len(candidates)},), got {tuple(al.shape)} and {tuple(cl.shape)}")
+            raise ValueError(
+                f"labels must be ({len(anchors)},) and ({len(candidates)},), got {tuple(al.shape)} and "
+                f"{tuple(cl.shape)}"
+            )
         uniq, cl_id = torch.unique(cl, return_inverse=True)
         pos = torch.searchsorted(uniq, al).clamp_max(len(uniq) - 1)
         al_id = torch.where(uniq[pos] == al, pos, len(uniq))      # a label no candidate has: an extra empty class
@@ -321,7 +355,9 @@ def _views(z: Tensor, name: str = "z") -> tuple[Tensor, int, int]:
 def _check_labels(labels: Tensor, n: int, name: str = "labels") -> Tensor:
     if not isinstance(labels, Tensor): raise TypeError(f"{name} must be a tensor, got {type(labels).__name__}")
     if labels.ndim != 1 or len(labels) != n:
-        raise ValueError(f"{name} must be a 1-D tensor of {n} entries (one per sample), got shape {tuple(labels.shape)}")
+        raise ValueError(
+            f"{name} must be a 1-D tensor of {n} entries (one per sample), got shape {tuple(labels.shape)}"
+        )
     if labels.is_floating_point(): raise TypeError(f"{name} must be integer or bool, got {labels.dtype}")
     return labels
 
@@ -350,11 +386,31 @@ def _self_paired(z: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tensor
         return Block(w, None, ids[s:e])
     lab = (labels[ids], labels) if fast else None
     if world == 1:
-        return contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                    reduction=reduction, chunk_size=chunk_size, return_count=return_count, check_blocks=False, labels=lab)
+        return contrastive_features(
+            zz,
+            cand,
+            blocks,
+            temperature,
+            exclude_other_positives=exclude_other_positives,
+            reduction=reduction,
+            chunk_size=chunk_size,
+            return_count=return_count,
+            check_blocks=False,
+            labels=lab,
+        )
     if reduction == "none": raise ValueError("distributed=True needs reduction='mean' or 'sum'")
-    total, count = contrastive_features(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
-                                        reduction="sum", chunk_size=chunk_size, return_count=True, check_blocks=False, labels=lab)
+    total, count = contrastive_features(
+        zz,
+        cand,
+        blocks,
+        temperature,
+        exclude_other_positives=exclude_other_positives,
+        reduction="sum",
+        chunk_size=chunk_size,
+        return_count=True,
+        check_blocks=False,
+        labels=lab,
+    )
     loss = _distributed_mean(total, count, zz.device) if reduction == "mean" else total
     return (loss, count) if return_count else loss
 
@@ -388,17 +444,23 @@ def nt_xent(z: Tensor, temperature=0.5, *, normalize: bool = True, distributed: 
         if len(z) % 2: raise ValueError(f"nt_xent with (2N, d) features needs an even number of rows, got {len(z)}")
         z = z.reshape(2, -1, z.shape[-1]).transpose(0, 1)
     _check_float(z, "z", 3)
-    if z.shape[1] != 2: raise ValueError(f"nt_xent takes exactly 2 views per sample, got z of shape {tuple(z.shape)} (use supcon for more)")
+    if z.shape[1] != 2:
+        raise ValueError(
+            f"nt_xent takes exactly 2 views per sample, got z of shape {tuple(z.shape)} (use supcon for more)"
+        )
     ids = torch.arange(z.shape[0], device=z.device)
     if distributed: ids = ids + _world()[1] * z.shape[0]
-    return supcon(z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size)
+    return supcon(
+        z, ids, temperature, normalize=normalize, distributed=distributed, reduction=reduction, chunk_size=chunk_size
+    )
 
 # %% ../nbs/01_losses.ipynb #5866b0fb
 def scaled_supcon(z: Tensor, labels: Tensor, groups: Tensor, s: float = 20.0, temperature=0.5, *, dynamic: bool = False,
                   base_temperature: float | None = None, normalize: bool = True, exclude_other_positives: bool = False,
                   distributed: bool = False, reduction: str = "mean", chunk_size: int | None = None,
                   return_count: bool = False):
-    "ConClaT's SSC: same-answer positives weigh 1, same-paraphrase-group positives weigh s (or Eq. 12's dynamic weights)."
+    """ConClaT's SSC: same-answer positives weigh 1, same-paraphrase-group positives weigh s (or Eq. 12's dynamic
+    weights)."""
     zz, n, v = _views(z)
     labels, groups = _check_labels(labels, n), _check_labels(groups, n, "groups")
     if not (isinstance(s, (int, float)) and s > 0): raise ValueError(f"s must be a positive number, got {s!r}")
@@ -424,17 +486,31 @@ def multilabel_supcon(z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | No
     "MLCL: positives share at least one label; `extra_negatives` (any shape (..., d)) join every anchor's denominator."
     zz, n, v = _views(z)
     if not isinstance(multi_hot, Tensor) or multi_hot.ndim != 2 or len(multi_hot) != n:
-        raise ValueError(f"multi_hot must be ({n}, n_labels), got {getattr(multi_hot, 'shape', type(multi_hot).__name__)}")
+        raise ValueError(
+            f"multi_hot must be ({n}, n_labels), got {getattr(multi_hot, 'shape', type(multi_hot).__name__)}"
+        )
     mh = multi_hot.to(torch.float32 if zz.dtype != torch.float64 else torch.float64).repeat(v, 1)
     if distributed: mh = _gather_const(mh)
     if extra_negatives is not None:
         _check_float(extra_negatives, "extra_negatives")
         if extra_negatives.shape[-1] != zz.shape[-1]:
-            raise ValueError(f"extra_negatives must end with the feature size {zz.shape[-1]}, got {tuple(extra_negatives.shape)}")
+            raise ValueError(
+                f"extra_negatives must end with the feature size {zz.shape[-1]}, got {tuple(extra_negatives.shape)}"
+            )
         extra_negatives = extra_negatives.reshape(-1, zz.shape[-1])
     rows = lambda ids, cids, r: ((mh[ids[r]] @ mh[cids].T) > 0).to(mh.dtype)
-    return _self_paired(z, rows, temperature, normalize=normalize, distributed=distributed, exclude_other_positives=False,
-                        reduction=reduction, chunk_size=chunk_size, return_count=return_count, extra=extra_negatives)
+    return _self_paired(
+        z,
+        rows,
+        temperature,
+        normalize=normalize,
+        distributed=distributed,
+        exclude_other_positives=False,
+        reduction=reduction,
+        chunk_size=chunk_size,
+        return_count=return_count,
+        extra=extra_negatives,
+    )
 
 # %% ../nbs/01_losses.ipynb #39527f18
 def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.07, *, normalize: bool = True,
@@ -443,7 +519,9 @@ def info_nce(query: Tensor, keys: Tensor, positive_index: Tensor, temperature=0.
     _check_float(query, "query", 2, finite=True); _check_float(keys, "keys", 2, finite=True)
     pi = _check_labels(positive_index, len(query), "positive_index").long()
     if bool(((pi < -1) | (pi >= len(keys))).any()):
-        raise ValueError(f"positive_index must be in [-1, {len(keys) - 1}], got values from {int(pi.min())} to {int(pi.max())}")
+        raise ValueError(
+            f"positive_index must be in [-1, {len(keys) - 1}], got values from {int(pi.min())} to {int(pi.max())}"
+        )
     if normalize: query, keys = F.normalize(query, dim=-1), F.normalize(keys, dim=-1)
     dt = _compute_dtype(query, keys)
     def blocks(s, e):
@@ -458,13 +536,17 @@ def cross_modal_nce(a: Tensor, b: Tensor, temperature=0.07, *, symmetric: bool =
                     normalize: bool = True, distributed: bool = False, chunk_size: int | None = None):
     "Image-text contrastive loss: a[i] and b[i] match (or `positives[i, j]`); a->b and, if symmetric, b->a, averaged."
     _check_float(a, "a", 2, finite=True); _check_float(b, "b", 2, finite=True)
-    if a.shape != b.shape: raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if positives is not None and (positives.dtype != torch.bool or positives.shape != (len(a), len(b))):
-        raise ValueError(f"positives must be a bool ({len(a)}, {len(b)}) matrix, got {positives.dtype} {tuple(positives.shape)}")
+        raise ValueError(
+            f"positives must be a bool ({len(a)}, {len(b)}) matrix, got {positives.dtype} {tuple(positives.shape)}"
+        )
     if normalize: a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
     world, rank = _world() if distributed else (1, 0)
     if world > 1:
-        if positives is not None: raise ValueError("positives with distributed=True is not supported: pass the global matrix on one rank")
+        if positives is not None:
+            raise ValueError("positives with distributed=True is not supported: pass the global matrix on one rank")
         _check_same_size_across_ranks(len(a))
     dt = _compute_dtype(a, b)
     off = rank * len(a)
@@ -478,7 +560,9 @@ def cross_modal_nce(a: Tensor, b: Tensor, temperature=0.07, *, symmetric: bool =
     def one_way(x, y, pos):
         cands = gather_with_grad(y) if world > 1 else y
         red = "sum" if world > 1 else "mean"
-        out = contrastive_features(x, cands, pairs(pos), temperature, reduction=red, chunk_size=chunk_size, return_count=True)
+        out = contrastive_features(
+            x, cands, pairs(pos), temperature, reduction=red, chunk_size=chunk_size, return_count=True
+        )
         return _distributed_mean(out[0], out[1], x.device) if world > 1 else out[0]
     loss = one_way(a, b, positives)
     if not symmetric: return loss
@@ -504,7 +588,10 @@ def triplet_margin(anchor: Tensor, positive: Tensor, negative: Tensor, margin: f
     "Triplet hinge max(0, d(a, p) - d(a, n) + margin); `margin` may be one value per triplet."
     for nm, x in (("anchor", anchor), ("positive", positive), ("negative", negative)): _check_float(x, nm, 2)
     if not (anchor.shape == positive.shape == negative.shape):
-        raise ValueError(f"anchor, positive and negative must have one shape, got {tuple(anchor.shape)}, {tuple(positive.shape)}, {tuple(negative.shape)}")
+        raise ValueError(
+            f"anchor, positive and negative must have one shape, got {tuple(anchor.shape)}, {tuple(positive.shape)}, "
+            f"{tuple(negative.shape)}"
+        )
     _check_reduction(reduction)
     if isinstance(margin, Tensor) and margin.shape not in ((), (len(anchor),)):
         raise ValueError(f"margin must be a number or a ({len(anchor)},) tensor, got shape {tuple(margin.shape)}")
@@ -514,9 +601,13 @@ def triplet_margin(anchor: Tensor, positive: Tensor, negative: Tensor, margin: f
 def dynamic_margin_triplet(anchor: Tensor, positive: Tensor, negative: Tensor, pos_answer: Tensor, neg_answer: Tensor,
                            base_margin: float = 0.1, scale: float = 0.5, *, distance: str = "cosine",
                            reduction: str = "mean") -> Tensor:
-    "Triplet loss whose margin grows with the cosine distance between the positive's and the negative's answer embeddings."
+    """Triplet loss whose margin grows with the cosine distance between the positive's and the negative's answer
+    embeddings."""
     _check_float(pos_answer, "pos_answer", 2); _check_float(neg_answer, "neg_answer", 2)
     if pos_answer.shape != neg_answer.shape or len(pos_answer) != len(anchor):
-        raise ValueError(f"pos_answer and neg_answer must be ({len(anchor)}, k), got {tuple(pos_answer.shape)} and {tuple(neg_answer.shape)}")
+        raise ValueError(
+            f"pos_answer and neg_answer must be ({len(anchor)}, k), got {tuple(pos_answer.shape)} and "
+            f"{tuple(neg_answer.shape)}"
+        )
     margin = base_margin + scale * (1 - F.cosine_similarity(pos_answer, neg_answer, dim=-1)).detach()
     return triplet_margin(anchor, positive, negative, margin, distance=distance, reduction=reduction)

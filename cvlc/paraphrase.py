@@ -10,7 +10,8 @@ __all__ = ['MAX_QUESTION_TOKENS', 'THRESHOLD', 'KEEP', 'question_key', 'dedupe',
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0005
 from .core import require_extra
-require_extra("course", "transformers", "sentence_transformers", by="cvlc.paraphrase")   # a clear message, not a bare ImportError
+# a clear message, not a bare ImportError
+require_extra("course", "transformers", "sentence_transformers", by="cvlc.paraphrase")
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0006
 import hashlib
@@ -50,7 +51,8 @@ def dedupe(original: str, candidates: Iterable[str]) -> list[str]:
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0015
 def load_seq2seq(name_or_path: str, device=None):
-    "A Hugging Face translation model (MarianMT `Helsinki-NLP/opus-mt-en-de`, or a local folder) and its tokenizer, in eval mode."
+    """A Hugging Face translation model (MarianMT `Helsinki-NLP/opus-mt-en-de`, or a local folder) and its tokenizer, in
+    eval mode."""
     with quiet_hf() as tr:
         tok = tr.AutoTokenizer.from_pretrained(name_or_path)
         model = tr.AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
@@ -58,36 +60,59 @@ def load_seq2seq(name_or_path: str, device=None):
 
 def translate(model, tokenizer, texts: Sequence[str], batch_size: int = 32, max_length: int = MAX_QUESTION_TOKENS,
               num_beams: int = 1, progress: bool | None = None) -> list[str]:
-    "Translate `texts` in batches (padded, truncated to `max_length` tokens; greedy or beam search), keeping their order."
+    """Translate `texts` in batches (padded, truncated to `max_length` tokens; greedy or beam search), keeping their
+    order."""
     if isinstance(texts, str): raise TypeError("texts must be a sequence of strings, not one string")
     for nm, v in (("batch_size", batch_size), ("max_length", max_length), ("num_beams", num_beams)):
         if not (isinstance(v, int) and v >= 1): raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))          # similar lengths share a batch: less padding
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
     out = [None] * len(texts)
     dev = next(model.parameters()).device
     with torch.inference_mode():
         for s in maybe_progress(range(0, len(texts), batch_size), progress, len(texts)):
             idx = order[s:s + batch_size]
-            enc = tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True, max_length=max_length)
+            enc = tokenizer(
+                [texts[i] for i in idx], return_tensors="pt", padding=True, truncation=True, max_length=max_length
+            )
             enc = {k: v.to(dev) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             gen = model.generate(**enc, max_new_tokens=max_length, num_beams=num_beams, do_sample=False)
             for i, t in zip(idx, tokenizer.batch_decode(gen, skip_special_tokens=True)): out[i] = t.strip()
     return out
 
-def back_translate(texts: Sequence[str], pairs: Sequence[tuple], batch_size: int = 32, max_length: int = MAX_QUESTION_TOKENS,
-                   num_beams: int = 1, device=None, progress: bool | None = None) -> list[list[str]]:
-    "Per text, its round trip en -> xx -> en through each (forward, backward) pair of models (names, folders or loaded (model, tokenizer))."
-    if not pairs: raise ValueError("pairs is empty: give (en->xx, xx->en) model pairs, e.g. ('Helsinki-NLP/opus-mt-en-de', 'Helsinki-NLP/opus-mt-de-en')")
+def back_translate(
+    texts: Sequence[str],
+    pairs: Sequence[tuple],
+    batch_size: int = 32,
+    max_length: int = MAX_QUESTION_TOKENS,
+    num_beams: int = 1,
+    device=None,
+    progress: bool | None = None,
+) -> list[list[str]]:
+    """Per text, its round trip en -> xx -> en through each (forward, backward) pair of models (names, folders or loaded
+    (model, tokenizer))."""
+    if not pairs:
+        raise ValueError(
+            "pairs is empty: give (en->xx, xx->en) model pairs, e.g. ('Helsinki-NLP/opus-mt-en-de', "
+            "'Helsinki-NLP/opus-mt-de-en')"
+        )
     out = [[] for _ in texts]
     for fwd, bwd in pairs:
         f = fwd if isinstance(fwd, tuple) else load_seq2seq(fwd, device)
         b = bwd if isinstance(bwd, tuple) else load_seq2seq(bwd, device)
-        back = translate(*b, translate(*f, texts, batch_size, max_length, num_beams, progress), batch_size, max_length, num_beams, progress)
+        back = translate(
+            *b,
+            translate(*f, texts, batch_size, max_length, num_beams, progress),
+            batch_size,
+            max_length,
+            num_beams,
+            progress,
+        )
         for o, t in zip(out, back): o.append(t)
     return out
 
 def tiny_marian(folder, words: Iterable[str], d_model: int = 32, layers: int = 1, seed: int = 0) -> str:
-    "Save a random tiny MarianMT model and a word-level tokenizer over `words` into `folder` (tests and timings without a hub)."
+    """Save a random tiny MarianMT model and a word-level tokenizer over `words` into `folder` (tests and timings
+    without a hub)."""
     from tokenizers import Tokenizer, models as tm, pre_tokenizers, processors
     tr = _transformers()
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
@@ -95,8 +120,11 @@ def tiny_marian(folder, words: Iterable[str], d_model: int = 32, layers: int = 1
     vocab = specials + sorted({w.lower() for w in words} - set(specials))
     t = Tokenizer(tm.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     t.pre_tokenizer = pre_tokenizers.Whitespace()
-    t.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])   # as Marian's tokenizer
-    tr.PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(folder)
+    # as Marian's tokenizer
+    t.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tr.PreTrainedTokenizerFast(
+        tokenizer_object=t, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(folder)
     cfg = tr.MarianConfig(vocab_size=len(vocab), d_model=d_model, encoder_layers=layers, decoder_layers=layers,
                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=2 * d_model,
                           decoder_ffn_dim=2 * d_model, max_position_embeddings=64, pad_token_id=0, eos_token_id=1,
@@ -108,11 +136,13 @@ def tiny_marian(folder, words: Iterable[str], d_model: int = 32, layers: int = 1
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0021
 class SimilarityFilter:
-    "Sentence-BERT cosine similarity (the packaged all-MiniLM-L6-v2 by default) and ConClaT's filter: keep candidates with cos >= threshold."
+    """Sentence-BERT cosine similarity (the packaged all-MiniLM-L6-v2 by default) and ConClaT's filter: keep candidates
+    with cos >= threshold."""
     def __init__(self, model: str | None = None, threshold: float = THRESHOLD, batch_size: int = 256, device=None):
         if not -1 <= threshold <= 1: raise ValueError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's notebook check, via sentence-transformers
+            # tqdm's notebook check, via sentence-transformers
+            warnings.filterwarnings("ignore", message="IProgress not found")
             from sentence_transformers import SentenceTransformer
         with quiet_hf(): self.model = SentenceTransformer(model or minilm_path(), device=str(device or "cpu"))
         self.threshold, self.batch_size = threshold, batch_size
@@ -122,7 +152,7 @@ class SimilarityFilter:
         if isinstance(texts, str): raise TypeError("texts must be a sequence of strings, not one string")
         uniq = list(dict.fromkeys(texts))
         if not uniq: return torch.zeros(0, self.model.get_sentence_embedding_dimension())
-        step = 8 * self.batch_size                                           # a progress bar (fastprogress) on long lists
+        step = 8 * self.batch_size  # a progress bar (fastprogress) on long lists
         parts = []
         with quiet_hf():
             for s in maybe_progress(range(0, len(uniq), step), progress, len(uniq)):
@@ -131,9 +161,12 @@ class SimilarityFilter:
         row = {t: i for i, t in enumerate(uniq)}
         return torch.cat(parts)[[row[t] for t in texts]]
 
-    def scores(self, originals: Sequence[str], candidates: Sequence[Sequence[str]], progress: bool | None = None) -> list[np.ndarray]:
+    def scores(
+        self, originals: Sequence[str], candidates: Sequence[Sequence[str]], progress: bool | None = None
+    ) -> list[np.ndarray]:
         "Per original, the cosine similarity of each of its candidates to it."
-        if len(originals) != len(candidates): raise ValueError(f"{len(originals)} originals but {len(candidates)} candidate lists")
+        if len(originals) != len(candidates):
+            raise ValueError(f"{len(originals)} originals but {len(candidates)} candidate lists")
         sizes = [len(cs) for cs in candidates]
         e = self.embed(list(originals) + [c for cs in candidates for c in cs], progress)
         eo, ec = e[:len(originals)], e[len(originals):]
@@ -142,13 +175,17 @@ class SimilarityFilter:
 
     def __call__(self, originals: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[list[str]]:
         "Per original, the candidates at least `threshold` similar to it."
-        return [[c for c, v in zip(cs, s) if v >= self.threshold] for cs, s in zip(candidates, self.scores(originals, candidates))]
+        return [
+            [c for c, v in zip(cs, s) if v >= self.threshold]
+            for cs, s in zip(candidates, self.scores(originals, candidates))
+        ]
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0025
 def text_of(q) -> str:
     "A question's text: the string itself, or a world `Question`'s `.text`, or a `VQAQuestion`'s `.question`."
     t = q if isinstance(q, str) else getattr(q, "text", None) or getattr(q, "question", None)
-    if not isinstance(t, str): raise TypeError(f"a question must be a string or have .text / .question, got {type(q).__name__}")
+    if not isinstance(t, str):
+        raise TypeError(f"a question must be a string or have .text / .question, got {type(q).__name__}")
     return t
 
 def _rng(seed: int, text: str) -> random.Random:
@@ -158,10 +195,14 @@ def _rng(seed: int, text: str) -> random.Random:
 def paraphrase_table(questions: Sequence, generate: Callable[[Sequence], list[list[str]]], filt: Callable | None = None,
                      k: int = KEEP, seed: int = 0, cache=None, chunk: int = 1024, progress: bool | None = None,
                      name: str = "") -> dict[str, list[str]]:
-    """ConClaT Sec. 4.1: question text -> up to `k` unique paraphrases: `generate` candidates, `dedupe`, keep those `filt`
-    accepts, pick k at random. With `cache` (a JSON file), finished chunks are saved as they complete and reused later."""
+    """ConClaT Sec. 4.1: question text -> up to `k` unique paraphrases: `generate` candidates, `dedupe`, keep those
+    `filt`
+    accepts, pick k at random. With `cache` (a JSON file), finished chunks are saved as they complete and reused
+    later."""
     if not (isinstance(k, int) and k >= 1): raise ValueError(f"k must be an int >= 1, got {k!r}")
-    key = json.dumps({"name": name, "k": k, "seed": seed, "threshold": getattr(filt, "threshold", None)}, sort_keys=True)
+    key = json.dumps(
+        {"name": name, "k": k, "seed": seed, "threshold": getattr(filt, "threshold", None)}, sort_keys=True
+    )
     path, done = None if cache is None else Path(cache), {}
     if path is not None and path.exists():
         saved = json.loads(path.read_text())
@@ -170,7 +211,8 @@ def paraphrase_table(questions: Sequence, generate: Callable[[Sequence], list[li
     for s in maybe_progress(range(0, len(todo), chunk), progress, len(todo), threshold=2 * chunk):
         part = todo[s:s + chunk]
         texts, cands = [text_of(q) for q in part], generate(part)
-        if len(cands) != len(part): raise ValueError(f"generate returned {len(cands)} candidate lists for {len(part)} questions")
+        if len(cands) != len(part):
+            raise ValueError(f"generate returned {len(cands)} candidate lists for {len(part)} questions")
         cands = [dedupe(t, cs) for t, cs in zip(texts, cands)]
         if filt is not None: cands = filt(texts, cands)
         for t, cs in zip(texts, cands): done[t] = _rng(seed, t).sample(cs, min(k, len(cs)))
@@ -181,7 +223,8 @@ def paraphrase_table(questions: Sequence, generate: Callable[[Sequence], list[li
 
 # %% ../nbs/11_paraphrase.ipynb #p11c0029
 class WorldParaphraser:
-    "Candidate rephrasings of world questions from the training wordings (0-4) and training synonyms only: held-out wordings stay unseen."
+    """Candidate rephrasings of world questions from the training wordings (0-4) and training synonyms only: held-out
+    wordings stay unseen."""
     def __init__(self, draws: int = 1, seed: int = 0):
         if not (isinstance(draws, int) and draws >= 1): raise ValueError(f"draws must be an int >= 1, got {draws!r}")
         self.draws, self.seed = draws, seed

@@ -51,11 +51,13 @@ class PresenceClassifier(nn.Module):
         self.visual, self.head = visual, nn.Linear(visual.dim, n_out)
     def forward(self, batch: dict) -> Tensor: return self.head(self.visual(batch["images"]))
 
-def presence_loss(logits: Tensor, batch: dict) -> Tensor: return F.binary_cross_entropy_with_logits(logits, batch["labels"])
+def presence_loss(logits: Tensor, batch: dict) -> Tensor:
+    return F.binary_cross_entropy_with_logits(logits, batch["labels"])
 
 @dataclass
 class StageConfig:
-    "Training settings of one stage (the paper: Adam, lr 5e-5 (stage 2) / 1e-5 (stage 3), weight decay 5e-7, 100 / 150 epochs)."
+    """Training settings of one stage (the paper: Adam, lr 5e-5 (stage 2) / 1e-5 (stage 3), weight decay 5e-7, 100 / 150
+    epochs)."""
     steps: int = 200
     batch_size: int = 64
     lr: float = 1e-3
@@ -67,36 +69,48 @@ def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
                    dim: int = 128) -> PresenceClassifier:
-    "Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name the shapes and colours of images."
+    """Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name the shapes and colours of
+    images."""
     seed_everything(seed)
     model = PresenceClassifier(VisualStream(dim, attention=attention))
-    batches = IndexedBatches(len(images), config.batch_size, lambda idx: {"images": images[idx], "labels": labels[idx]}, seed)
+    batches = IndexedBatches(
+        len(images), config.batch_size, lambda idx: {"images": images[idx], "labels": labels[idx]}, seed
+    )
     _fit(model, batches, presence_loss, config)
     return model.eval()
-
 
 # %% ../nbs/14_vgbert.ipynb #v14c0020
 def _check_tokens(x: Tensor, name: str) -> None:
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 3:
-        raise ValueError(f"{name} must be a floating (batch, positions, dim) tensor, got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        raise ValueError(
+            f"{name} must be a floating (batch, positions, dim) tensor, got {getattr(x, 'dtype', type(x).__name__)} "
+            f"{tuple(getattr(x, 'shape', ()))}"
+        )
 
 def match_map(v: Tensor, l: Tensor) -> Tensor:
-    "Eq. 1's match-map of one image and one text: M[n, k] = V_n . L_k for grid locations v (N, D) and tokens l (K, D) -> (N, K)."
-    if v.ndim != 2 or l.ndim != 2 or v.shape[-1] != l.shape[-1]: raise ValueError(f"need v (N, D) and l (K, D), got {tuple(v.shape)} and {tuple(l.shape)}")
+    """Eq. 1's match-map of one image and one text: M[n, k] = V_n . L_k for grid locations v (N, D) and tokens l (K, D)
+    -> (N, K)."""
+    if v.ndim != 2 or l.ndim != 2 or v.shape[-1] != l.shape[-1]:
+        raise ValueError(f"need v (N, D) and l (K, D), got {tuple(v.shape)} and {tuple(l.shape)}")
     return v @ l.T
 
 def match_similarity(V: Tensor, L: Tensor, mask: Tensor, reduce: str = "sum", chunk_size: int = 32) -> Tensor:
-    """Eq. 1 for every image-text pair: S[a, b] = sum over the masked tokens k of text b of max over locations of V_a . L_bk.
+    """Eq. 1 for every image-text pair: S[a, b] = sum over the masked tokens k of text b of max over locations of V_a .
+    L_bk.
     V (Bv, N, D) grid locations, L (Bt, K, D) tokens, mask (Bt, K) the tokens that count -> (Bv, Bt).
     `reduce="mean"` divides by each text's count of masked tokens (the authors' code averages, [CLS] included).
-    Images go `chunk_size` at a time, so no more than chunk_size x Bt x K x N match scores exist at once, forward or backward."""
+    Images go `chunk_size` at a time, so no more than chunk_size x Bt x K x N match scores exist at once, forward or
+    backward."""
     _check_tokens(V, "V"); _check_tokens(L, "L")
-    if V.shape[-1] != L.shape[-1]: raise ValueError(f"V and L must share their last dimension, got {V.shape[-1]} and {L.shape[-1]}")
-    if mask.shape != L.shape[:2]: raise ValueError(f"mask must be (Bt, K) = {tuple(L.shape[:2])}, got {tuple(mask.shape)}")
+    if V.shape[-1] != L.shape[-1]:
+        raise ValueError(f"V and L must share their last dimension, got {V.shape[-1]} and {L.shape[-1]}")
+    if mask.shape != L.shape[:2]:
+        raise ValueError(f"mask must be (Bt, K) = {tuple(L.shape[:2])}, got {tuple(mask.shape)}")
     if reduce not in ("sum", "mean"): raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
     w = mask.to(L.dtype)
     if reduce == "mean": w = w / w.sum(-1, keepdim=True).clamp_min(1)
-    out = [torch.einsum("vnd,tkd->vtkn", V[s:s + chunk_size], L).max(-1).values.mul(w).sum(-1)   # max keeps indices, not scores
+    # max keeps indices, not scores
+    out = [torch.einsum("vnd,tkd->vtkn", V[s:s + chunk_size], L).max(-1).values.mul(w).sum(-1)
            for s in range(0, len(V), chunk_size)]
     return torch.cat(out) if out else V.new_zeros(0, len(L))
 
@@ -112,8 +126,10 @@ def content_mask(mask: Tensor) -> Tensor:
 def grounding_loss(sim: Tensor, temperature: float = 0.1, parts: Sequence[str] = ("l", "v")) -> Tensor:
     """Eq. 2 on an image x text similarity matrix whose diagonal holds the pairs: Loss_l (an image against the batch's
     texts, "l") plus Loss_v (a text against the batch's images, "v"), each through `cvlc.losses.bidirectional_nce`."""
-    if not parts or set(parts) - {"l", "v"}: raise ValueError(f"parts must be a non-empty subset of ('l', 'v'), got {parts!r}")
-    if sim.ndim != 2 or sim.shape[0] != sim.shape[1]: raise ValueError(f"sim must be a square (batch, batch) matrix, got {tuple(sim.shape)}")
+    if not parts or set(parts) - {"l", "v"}:
+        raise ValueError(f"parts must be a non-empty subset of ('l', 'v'), got {parts!r}")
+    if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
+        raise ValueError(f"sim must be a square (batch, batch) matrix, got {tuple(sim.shape)}")
     loss = sim.new_zeros(())
     if "l" in parts: loss = loss + bidirectional_nce(sim, temperature, symmetric=False)
     if "v" in parts: loss = loss + bidirectional_nce(sim.T, temperature, symmetric=False)
@@ -121,7 +137,8 @@ def grounding_loss(sim: Tensor, temperature: float = 0.1, parts: Sequence[str] =
 
 # %% ../nbs/14_vgbert.ipynb #v14c0030
 class BankLanguage(nn.Module):
-    "The language stream over a SentenceBank of cached lower-layer states: sentence ids -> (token states (B, T, d), mask) after `top`."
+    """The language stream over a SentenceBank of cached lower-layer states: sentence ids -> (token states (B, T, d),
+    mask) after `top`."""
     def __init__(self, bank: SentenceBank, top: BertTop):
         super().__init__()
         if bank.dim != top.dim: raise ValueError(f"the bank holds {bank.dim}-d states, the top layers read {top.dim}-d")
@@ -134,15 +151,20 @@ class BankLanguage(nn.Module):
         return self.top(h, m), m
 
 def freeze_cnn(visual: VisualStream) -> VisualStream:
-    "Freeze the convolutions of a visual stream (VG-BERT trains only what follows them: embedder, positions, self-attention)."
+    """Freeze the convolutions of a visual stream (VG-BERT trains only what follows them: embedder, positions,
+    self-attention)."""
     visual.cnn.requires_grad_(False)
     return visual
 
 class GroundingModel(nn.Module):
     """Fig. 1: a visual stream's grid and a language stream's tokens, each through its own linear head into a common
-    space, compared by the match-map similarity (Eq. 1). `forward(batch)` gives the (images x texts) matrix S. With `normalize`
+    space, compared by the match-map similarity (Eq. 1). `forward(batch)` gives the (images x texts) matrix S. With
+    `normalize`
     (our default) locations and tokens are unit vectors, so each word's best match is a cosine in [-1, 1]."""
-    def __init__(self, visual: VisualStream, language: BankLanguage, dim: int = 128, reduce: str = "sum", normalize: bool = True):
+
+    def __init__(
+        self, visual: VisualStream, language: BankLanguage, dim: int = 128, reduce: str = "sum", normalize: bool = True
+    ):
         super().__init__()
         self.visual, self.language, self.reduce, self.normalize = visual, language, reduce, normalize
         self.vhead, self.lhead = nn.Linear(visual.dim, dim), nn.Linear(language.dim, dim)
@@ -152,7 +174,8 @@ class GroundingModel(nn.Module):
     def image_tokens(self, images: Tensor) -> Tensor: return self._unit(self.vhead(self.visual.tokens(images)))
 
     def text_tokens(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        "Projected token states and the mask of the tokens Eq. 1 counts (words only for 'sum', every real token for 'mean')."
+        """Projected token states and the mask of the tokens Eq. 1 counts (words only for 'sum', every real token for
+        'mean')."""
         h, m = self.language(ids)
         return self._unit(self.lhead(h)), (content_mask(m) if self.reduce == "sum" else m)
 
@@ -161,7 +184,8 @@ class GroundingModel(nn.Module):
         return match_similarity(self.image_tokens(batch["images"]), L, m, self.reduce)
 
 class CaptionBatches:
-    "Stage 2 batches: shuffled images, each with one of its captions drawn anew every epoch (A.2); dicts of images (B, 3, H, W) and text ids (B,)."
+    """Stage 2 batches: shuffled images, each with one of its captions drawn anew every epoch (A.2); dicts of images (B,
+    3, H, W) and text ids (B,)."""
     def __init__(self, images: Tensor, captions: Sequence[Sequence[int]], batch_size: int = 64, seed: int = 0):
         if len(images) != len(captions): raise ValueError(f"{len(images)} images but {len(captions)} caption lists")
         if any(len(c) == 0 for c in captions): raise ValueError("every image needs at least one caption")
@@ -189,21 +213,32 @@ def retrieval_matrix(model: GroundingModel, images: Tensor, text: Tensor, batch_
     return torch.cat(cols, 1).cpu()
 
 def retrieval_recall(sim: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    "Image-to-text and text-to-image Recall@K with every true pair a positive (the world's truth matrix, images x texts)."
+    """Image-to-text and text-to-image Recall@K with every true pair a positive (the world's truth matrix, images x
+    texts)."""
     i2t, t2i = recall_at_k(sim, truth, ks), recall_at_k(sim.T, truth.T, ks)
     return {**{f"i2t@{k}": v for k, v in i2t.items()}, **{f"t2i@{k}": v for k, v in t2i.items()}}
 
 # %% ../nbs/14_vgbert.ipynb #v14c0053
-def train_grounding(visual: VisualStream, language: BankLanguage, images: Tensor, captions: Sequence[Sequence[int]],
-                    config: StageConfig, parts: Sequence[str] = ("l", "v"), temperature: float = 0.1, reduce: str = "sum",
-                    normalize: bool = True, dim: int = 128, seed: int = 0) -> tuple[GroundingModel, list[float]]:
-    "Stage 2 (Fig. 1, Eq. 1-2): match images and captions; the CNN stays frozen, its embedder, positions, self-attention and the top text layers train."
+def train_grounding(
+    visual: VisualStream,
+    language: BankLanguage,
+    images: Tensor,
+    captions: Sequence[Sequence[int]],
+    config: StageConfig,
+    parts: Sequence[str] = ("l", "v"),
+    temperature: float = 0.1,
+    reduce: str = "sum",
+    normalize: bool = True,
+    dim: int = 128,
+    seed: int = 0,
+) -> tuple[GroundingModel, list[float]]:
+    """Stage 2 (Fig. 1, Eq. 1-2): match images and captions; the CNN stays frozen, its embedder, positions,
+    self-attention and the top text layers train."""
     seed_everything(seed)
     model = GroundingModel(freeze_cnn(visual), language, dim, reduce, normalize)
     losses = _fit(model, CaptionBatches(images, captions, config.batch_size, seed),
                   lambda sim, b: grounding_loss(sim, temperature, parts), config)
     return model.eval(), losses
-
 
 # %% ../nbs/14_vgbert.ipynb #v14c0040
 def object_class(code: Sequence[int]) -> int:
@@ -224,11 +259,18 @@ def relation_examples(scenes: Sequence, image_index: Sequence[int], seed: int = 
         ks = [k for k, _ in keep]
         classes[i, :len(ks)] = torch.tensor([object_class(truth.codes[k]) for k in ks], dtype=torch.long)
         if ks: holds[i, :, :len(ks), :len(ks)] = torch.from_numpy(truth.R[:, ks][:, :, ks] == 1)
-    return {"phrases": phrases, "classes": classes, "holds": holds, "image": torch.as_tensor(list(image_index), dtype=torch.long)}
+    return {
+        "phrases": phrases,
+        "classes": classes,
+        "holds": holds,
+        "image": torch.as_tensor(list(image_index), dtype=torch.long),
+    }
 
 class RelationBatches:
-    """Stage 3 batches: images, their object phrases as sentence ids (B, O) (-1 padding), object classes, the truth of every
-    predicate between them (B, P, O, O), and up to `per_image` true (image, predicate, subject, object) triplets per image."""
+    """Stage 3 batches: images, their object phrases as sentence ids (B, O) (-1 padding), object classes, the truth of
+    every
+    predicate between them (B, P, O, O), and up to `per_image` true (image, predicate, subject, object) triplets per
+    image."""
     def __init__(self, data: dict, images: Tensor, bank: SentenceBank, batch_size: int = 32, per_image: int = 16,
                  seed: int = 0, shuffle: bool = True):
         self.data, self.images, self.bs, self.per_image, self.shuffle = data, images, batch_size, per_image, shuffle
@@ -238,7 +280,8 @@ class RelationBatches:
             if ph: self.ids[i, :len(ph)] = bank.ids(ph)
         self.rng = torch.Generator().manual_seed(seed)
 
-    def __len__(self) -> int: return math.ceil(len(self.ids) / self.bs) if not self.shuffle else len(self.ids) // self.bs
+    def __len__(self) -> int:
+        return math.ceil(len(self.ids) / self.bs) if not self.shuffle else len(self.ids) // self.bs
 
     def _triplets(self, holds: Tensor) -> Tensor:
         t = holds.nonzero()                                               # (b, p, s, o), image by image
@@ -251,25 +294,36 @@ class RelationBatches:
     def __iter__(self):
         for idx in index_batches(len(self.ids), self.bs, self.rng, self.shuffle):
             holds = self.data["holds"][idx]
-            yield {"images": self.images[self.data["image"][idx]], "objects": self.ids[idx], "classes": self.data["classes"][idx],
-                   "holds": holds, "triplets": self._triplets(holds)}
+            yield {
+                "images": self.images[self.data["image"][idx]],
+                "objects": self.ids[idx],
+                "classes": self.data["classes"][idx],
+                "holds": holds,
+                "triplets": self._triplets(holds),
+            }
 
 # %% ../nbs/14_vgbert.ipynb #v14c0041
 class CrossModalAttention(nn.Module):
-    """App. A.3.1, Eq. A1-A3: each object phrase queries the visual grid with `heads` heads (Query_L = L W_Q, Key_V = V W_K,
+    """App. A.3.1, Eq. A1-A3: each object phrase queries the visual grid with `heads` heads (Query_L = L W_Q, Key_V = V
+    W_K,
     Value_V = V W_V); the heads' attention-weighted values are concatenated into a grounded object representation.
     Padded objects (mask False) get a zero representation."""
     def __init__(self, dim_v: int, dim_l: int, dim: int = 128, heads: int = 8):
         super().__init__()
         if dim % heads: raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
-        self.q, self.k, self.v = nn.Linear(dim_l, dim, bias=False), nn.Linear(dim_v, dim, bias=False), nn.Linear(dim_v, dim, bias=False)
+        self.q, self.k, self.v = (
+            nn.Linear(dim_l, dim, bias=False),
+            nn.Linear(dim_v, dim, bias=False),
+            nn.Linear(dim_v, dim, bias=False),
+        )
         self.heads, self.dim = heads, dim
 
     def _split(self, x: Tensor) -> Tensor: return x.view(*x.shape[:2], self.heads, -1).transpose(1, 2)
 
     def forward(self, V: Tensor, Q: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         "V (B, N, dim_v) grid, Q (B, O, dim_l) objects -> (objects (B, O, dim), attention (B, heads, O, N))."
-        if V.ndim != 3 or Q.ndim != 3 or len(V) != len(Q): raise ValueError(f"need V (B, N, dv) and Q (B, O, dl), got {tuple(V.shape)} and {tuple(Q.shape)}")
+        if V.ndim != 3 or Q.ndim != 3 or len(V) != len(Q):
+            raise ValueError(f"need V (B, N, dv) and Q (B, O, dl), got {tuple(V.shape)} and {tuple(Q.shape)}")
         q, k, v = self._split(self.q(Q)), self._split(self.k(V)), self._split(self.v(V))
         A = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).softmax(-1)
         out = (A @ v).transpose(1, 2).reshape(len(Q), Q.shape[1], self.dim)
@@ -277,7 +331,8 @@ class CrossModalAttention(nn.Module):
         return out, A
 
 class BilinearRelations(nn.Module):
-    """Eq. 3: objects projected to a d-dimensional subspace (r = W o, one map for subjects and objects) and scored by one
+    """Eq. 3: objects projected to a d-dimensional subspace (r = W o, one map for subjects and objects) and scored by
+    one
     matrix per predicate, S(r_s, r_o; R_p) = r_s R_p r_o^T, each R_p scaled to unit Frobenius norm (App. A.3.1)."""
     def __init__(self, dim: int, n_predicates: int, d: int = 32):
         super().__init__()
@@ -290,7 +345,8 @@ class BilinearRelations(nn.Module):
         return self.R / self.R.flatten(1).norm(dim=1).clamp_min(1e-12)[:, None, None]
 
     def forward(self, objects: Tensor) -> Tensor:
-        "objects (B, O, dim) -> scores (B, P, O, O): [b, p, s, o] = S(r_s, r_o; R_p) for subject s and object o of image b."
+        """objects (B, O, dim) -> scores (B, P, O, O): [b, p, s, o] = S(r_s, r_o; R_p) for subject s and object o of
+        image b."""
         r = self.proj(objects)
         return torch.einsum("bsd,pde,boe->bpso", r, self.matrices(), r)
 
@@ -299,10 +355,15 @@ def relation_losses(scores: Tensor, triplets: Tensor, holds: Tensor, temperature
     Loss_rel: a pair against every predicate, its own the positive. Loss_obj: a predicate against every triplet's pair
     of the batch, its own pair the positive and the pairs in a different relation the negatives (pairs for which the
     predicate also holds are left out of the denominator). Both through the contrastive core."""
-    if scores.ndim != 4 or holds.shape != scores.shape: raise ValueError(f"scores and holds must both be (B, P, O, O), got {tuple(scores.shape)} and {tuple(holds.shape)}")
-    if triplets.ndim != 2 or triplets.shape[1] != 4: raise ValueError(f"triplets must be (T, 4), got {tuple(triplets.shape)}")
+    if scores.ndim != 4 or holds.shape != scores.shape:
+        raise ValueError(
+            f"scores and holds must both be (B, P, O, O), got {tuple(scores.shape)} and {tuple(holds.shape)}"
+        )
+    if triplets.ndim != 2 or triplets.shape[1] != 4:
+        raise ValueError(f"triplets must be (T, 4), got {tuple(triplets.shape)}")
     b, p, s, o = triplets.T
-    if len(triplets) and not bool(holds[b, p, s, o].all()): raise ValueError("every triplet must hold (holds[b, p, s, o] True)")
+    if len(triplets) and not bool(holds[b, p, s, o].all()):
+        raise ValueError("every triplet must hold (holds[b, p, s, o] True)")
     eye = torch.eye(len(triplets), dtype=torch.bool, device=scores.device)
     rel = contrastive(scores[b, :, s, o] / temperature, F.one_hot(p, scores.shape[1]).to(scores.dtype))
     cross = scores[b[None, :], p[:, None], s[None, :], o[None, :]]                  # [i, j]: pair j under predicate p_i
@@ -337,9 +398,13 @@ class RelationalGrounding(nn.Module):
         objects, A = self.attend(self.visual.tokens(batch["images"]), Q, mask)
         return {"scores": self.relations(objects), "logits": self.classify(objects), "attention": A, "mask": mask}
 
-def relational_loss(out: dict, batch: dict, parts: Sequence[str] = ("rel", "obj", "cls"), temperature: float = 1.0) -> Tensor:
-    "Stage 3's objective: Loss_rel + Loss_obj (Eq. 4-5) + the auxiliary cross-entropy of object classes, each optional (App. Table 5)."
-    if not parts or set(parts) - {"rel", "obj", "cls"}: raise ValueError(f"parts must be a non-empty subset of ('rel', 'obj', 'cls'), got {parts!r}")
+def relational_loss(
+    out: dict, batch: dict, parts: Sequence[str] = ("rel", "obj", "cls"), temperature: float = 1.0
+) -> Tensor:
+    """Stage 3's objective: Loss_rel + Loss_obj (Eq. 4-5) + the auxiliary cross-entropy of object classes, each optional
+    (App. Table 5)."""
+    if not parts or set(parts) - {"rel", "obj", "cls"}:
+        raise ValueError(f"parts must be a non-empty subset of ('rel', 'obj', 'cls'), got {parts!r}")
     dev = out["scores"].device
     loss = out["scores"].new_zeros(())
     if {"rel", "obj"} & set(parts):
@@ -351,7 +416,9 @@ def relational_loss(out: dict, batch: dict, parts: Sequence[str] = ("rel", "obj"
     return loss
 
 @torch.no_grad()
-def relation_report(model: RelationalGrounding, batches: RelationBatches, ks: Sequence[int] = (1, 3)) -> dict[str, float]:
+def relation_report(
+    model: RelationalGrounding, batches: RelationBatches, ks: Sequence[int] = (1, 3)
+) -> dict[str, float]:
     """Object classification accuracy and relation prediction top-k over every true triplet of the test images, ranked
     "filtered" (Bordes et al.): the other predicates that also hold for the pair are taken out of its ranking."""
     model.eval()
@@ -368,13 +435,26 @@ def relation_report(model: RelationalGrounding, batches: RelationBatches, ks: Se
     return {"object_acc": hits / max(n_obj, 1), **{f"rel@{k}": v for k, v in top.items()}}
 
 # %% ../nbs/14_vgbert.ipynb #v14c0054
-def train_relations(visual: VisualStream, language: BankLanguage, data: dict, images: Tensor, config: StageConfig,
-                    parts: Sequence[str] = ("rel", "obj", "cls"), train_layers: int = 1, per_image: int = 16,
-                    temperature: float = 1.0, heads: int = 8, d: int = 32, seed: int = 0) -> tuple[RelationalGrounding, list[float]]:
+def train_relations(
+    visual: VisualStream,
+    language: BankLanguage,
+    data: dict,
+    images: Tensor,
+    config: StageConfig,
+    parts: Sequence[str] = ("rel", "obj", "cls"),
+    train_layers: int = 1,
+    per_image: int = 16,
+    temperature: float = 1.0,
+    heads: int = 8,
+    d: int = 32,
+    seed: int = 0,
+) -> tuple[RelationalGrounding, list[float]]:
     "Stage 3 (Fig. 2, Eq. 3-5): relation prediction from object phrases; only the top `train_layers` text layers train."
     seed_everything(seed)
     language.top.freeze_lower(len(language.top.layers) - train_layers)
-    model = RelationalGrounding(freeze_cnn(visual), language, len(PREDICATES), len(SHAPES) * len(COLORS), heads=heads, d=d)
+    model = RelationalGrounding(
+        freeze_cnn(visual), language, len(PREDICATES), len(SHAPES) * len(COLORS), heads=heads, d=d
+    )
     dl = RelationBatches(data, images, language.bank, config.batch_size, per_image, seed)
     losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature), config)
     return model.eval(), losses
@@ -382,22 +462,26 @@ def train_relations(visual: VisualStream, language: BankLanguage, data: dict, im
 # %% ../nbs/14_vgbert.ipynb #v14c0060
 @torch.no_grad()
 def word_vectors(language: Callable[[Tensor], tuple[Tensor, Tensor]], ids: Tensor, batch_size: int = 512) -> Tensor:
-    "App. B: a word (or phrase) as `[CLS] word [SEP]` through the language stream, mean-pooled over the last layer's tokens."
+    """App. B: a word (or phrase) as `[CLS] word [SEP]` through the language stream, mean-pooled over the last layer's
+    tokens."""
     if hasattr(language, "eval"): language.eval()
     return torch.cat([masked_mean(*language(ids[s:s + batch_size])).cpu() for s in range(0, len(ids), batch_size)])
 
 def standardize(x: Tensor, reference: Tensor) -> Tensor:
-    "App. B: z-score each feature with the mean and std of a reference set (the model's vocabulary), since a few channels dominate."
+    """App. B: z-score each feature with the mean and std of a reference set (the model's vocabulary), since a few
+    channels dominate."""
     return (x - reference.mean(0)) / reference.std(0).clamp_min(1e-6)
 
 def principal_axes(x: Tensor, k: int = 3) -> Tensor:
-    "Projections of the rows of x onto its first k principal axes (centred, by SVD), (N, k); each axis's sign is arbitrary."
+    """Projections of the rows of x onto its first k principal axes (centred, by SVD), (N, k); each axis's sign is
+    arbitrary."""
     xc = x.double() - x.double().mean(0)
     _, _, Vh = torch.linalg.svd(xc, full_matrices=False)
     return (xc @ Vh[:k].T).float()
 
 def modified_silhouette(x: Tensor, labels: Sequence[int]) -> Tensor:
-    """App. B.3.1, Eq. 12-14: s(i) = (b(i) - a(i)) / max(a(i), b(i)) with cosine distances, a(i) the mean distance to the
+    """App. B.3.1, Eq. 12-14: s(i) = (b(i) - a(i)) / max(a(i), b(i)) with cosine distances, a(i) the mean distance to
+    the
     other words of i's category and b(i) the mean over the *other* categories of the mean distance to their words
     (the average, not the nearest category, because categories may overlap). Words alone in their category get NaN."""
     lab = torch.as_tensor(list(labels))
@@ -415,15 +499,20 @@ def modified_silhouette(x: Tensor, labels: Sequence[int]) -> Tensor:
     s = (b - a) / torch.maximum(a, b)
     return s.masked_fill(n_own < 2, float("nan")).float()
 
-def neighbours(query: Tensor, vocab: Tensor, words: Sequence[str], k: int = 5, exclude: Sequence[str] = ()) -> list[tuple[str, float]]:
+def neighbours(
+    query: Tensor, vocab: Tensor, words: Sequence[str], k: int = 5, exclude: Sequence[str] = ()
+) -> list[tuple[str, float]]:
     "The k words of `vocab` (N, d) nearest to `query` (d,) by cosine similarity, leaving out `exclude`."
     cos = F.normalize(vocab, dim=-1) @ F.normalize(query, dim=-1)
     skip = set(exclude)
     order = [i for i in cos.argsort(descending=True).tolist() if words[i] not in skip]
     return [(words[i], float(cos[i])) for i in order[:k]]
 
-def composition_rank(query: Tensor, vocab: Tensor, words: Sequence[str], target: str, exclude: Sequence[str] = ()) -> tuple[float, int]:
-    "Table 2: the cosine similarity of a query phrase to a target word and the target's rank (1 = nearest) among `words`."
+def composition_rank(
+    query: Tensor, vocab: Tensor, words: Sequence[str], target: str, exclude: Sequence[str] = ()
+) -> tuple[float, int]:
+    """Table 2: the cosine similarity of a query phrase to a target word and the target's rank (1 = nearest) among
+    `words`."""
     keep = [i for i, w in enumerate(words) if w not in set(exclude) or w == target]
     v = F.normalize(vocab[keep], dim=-1) @ F.normalize(query, dim=-1)
     t = [words[i] for i in keep].index(target)
@@ -438,8 +527,12 @@ class SearchHeads(nn.Module):
         self.fv = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.fl = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
     def image(self, keys: Tensor) -> Tensor: return F.normalize(self.fv(keys).mean(1), dim=-1)
-    def text(self, queries: Tensor, mask: Tensor) -> Tensor: return F.normalize(masked_mean(self.fl(queries), mask), dim=-1)
-    def forward(self, batch: dict) -> tuple[Tensor, Tensor]: return self.image(batch["keys"]), self.text(batch["queries"], batch["mask"])
+
+    def text(self, queries: Tensor, mask: Tensor) -> Tensor:
+        return F.normalize(masked_mean(self.fl(queries), mask), dim=-1)
+
+    def forward(self, batch: dict) -> tuple[Tensor, Tensor]:
+        return self.image(batch["keys"]), self.text(batch["queries"], batch["mask"])
 
 @torch.no_grad()
 def image_keys(model: RelationalGrounding, images: Tensor, batch_size: int = 256) -> Tensor:
@@ -448,13 +541,18 @@ def image_keys(model: RelationalGrounding, images: Tensor, batch_size: int = 256
 
 @torch.no_grad()
 def text_queries(model: RelationalGrounding, text: Tensor, batch_size: int = 256) -> tuple[Tensor, Tensor]:
-    "The frozen model's cross-attention queries Query_L of texts (sentence ids), (N, T, dim), and their word masks, on the CPU."
+    """The frozen model's cross-attention queries Query_L of texts (sentence ids), (N, T, dim), and their word masks, on
+    the CPU."""
     model.eval()
     qs, ms = [], []
     for s in range(0, len(text), batch_size):
-        h, m = model.language(text[s:s + batch_size]); qs.append(model.attend.q(h).cpu()); ms.append(content_mask(m).cpu())
+        h, m = model.language(text[s : s + batch_size])
+        qs.append(model.attend.q(h).cpu())
+        ms.append(content_mask(m).cpu())
     T = max(q.shape[1] for q in qs)
-    return torch.cat([F.pad(q, (0, 0, 0, T - q.shape[1])) for q in qs]), torch.cat([F.pad(m, (0, T - m.shape[1])) for m in ms])
+    return torch.cat([F.pad(q, (0, 0, 0, T - q.shape[1])) for q in qs]), torch.cat(
+        [F.pad(m, (0, T - m.shape[1])) for m in ms]
+    )
 
 def search_query(q_image: Tensor, q_text: Tensor, alpha: float) -> Tensor:
     "Eq. 7 / 18: (1 - alpha) Q_I + alpha Q_W, from image only (alpha = 0) to text only (alpha = 1)."

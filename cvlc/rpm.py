@@ -51,7 +51,8 @@ N_COMPONENTS = 2
 SPARSE_BITS = N_COMPONENTS * len(ATTRIBUTES) * len(RULES)   # 40
 
 def sparse_index(component: int, attribute: str, rule: str) -> int:
-    "Bit of the sparse (MLCL) rule encoding: (component * 5 + attribute) * 4 + rule, in the orders of ATTRIBUTES and RULES."
+    """Bit of the sparse (MLCL) rule encoding: (component * 5 + attribute) * 4 + rule, in the orders of ATTRIBUTES and
+    RULES."""
     return (component * len(ATTRIBUTES) + ATTRIBUTES.index(attribute)) * len(RULES) + RULES.index(rule)
 
 # %% ../nbs/03_rpm.ipynb #0121a34b
@@ -65,7 +66,13 @@ class CompState:
     angles: tuple[int, ...] = ()
 
     def value(self, attr: str):
-        return {"Number": len(self.slots), "Position": self.slots, "Type": self.type, "Size": self.size, "Color": self.color}[attr]
+        return {
+            "Number": len(self.slots),
+            "Position": self.slots,
+            "Type": self.type,
+            "Size": self.size,
+            "Color": self.color,
+        }[attr]
 
     def symbolic(self) -> tuple: return (self.slots, self.type, self.size, self.color)
 
@@ -115,8 +122,16 @@ def fits_set(rule: str, param: int, row: Sequence[tuple], n_slots: int) -> bool:
     return False
 
 # %% ../nbs/03_rpm.ipynb #17aa1820
-ALL_RULES = {"int": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)],
-             "set": [("Constant", 0)] + [("Progression", d) for d in (-2, -1, 1, 2)] + [("Arithmetic", s) for s in (1, -1)] + [("Distribute_Three", r) for r in (1, -1)]}
+ALL_RULES = {
+    "int": [("Constant", 0)]
+    + [("Progression", d) for d in (-2, -1, 1, 2)]
+    + [("Arithmetic", s) for s in (1, -1)]
+    + [("Distribute_Three", r) for r in (1, -1)],
+    "set": [("Constant", 0)]
+    + [("Progression", d) for d in (-2, -1, 1, 2)]
+    + [("Arithmetic", s) for s in (1, -1)]
+    + [("Distribute_Three", r) for r in (1, -1)],
+}
 
 def distribute_rows(values: Sequence, rot: int) -> list[list]:
     "Three values, each once per row, rotated left (rot=1) or right (rot=-1) from row to row."
@@ -176,18 +191,20 @@ class RPMConfig:
     "Generation settings; the split options make generalisation regimes."
     size: int = 80                                       # panel side in pixels
     configurations: tuple = CONFIGURATIONS
-    answers: str = "iraven"                              # 'iraven' (bisection tree), 'fair' (RAVEN-FAIR) or 'raven' (original, biased)
+    answers: str = "iraven"  # 'iraven' (bisection tree), 'fair' (RAVEN-FAIR) or 'raven' (original, biased)
     constant_attrs: tuple = ()                           # attributes held to Constant (e.g. ("Color",) for training)
     exclude_rules: tuple = ()                            # (rule, attribute) pairs that never occur (held out)
     require_rules: tuple = ()                            # every puzzle contains one of these (rule, attribute) pairs
-    value_ranges: dict = field(default_factory=dict)     # attribute -> (lo, hi) allowed level range (inter/extrapolation)
+    value_ranges: dict = field(default_factory=dict)  # attribute -> (lo, hi) allowed level range (inter/extrapolation)
     supersample: int = 2
 
     def __post_init__(self):
         self.size = check_int("size", self.size, 32, 320)
         bad = [c for c in self.configurations if c not in CONFIGURATIONS]
-        if bad or not self.configurations: raise ValueError(f"configurations must be among {CONFIGURATIONS}, got {bad or self.configurations}")
-        if self.answers not in ("iraven", "fair", "raven"): raise ValueError(f"answers must be 'iraven', 'fair' or 'raven', got {self.answers!r}")
+        if bad or not self.configurations:
+            raise ValueError(f"configurations must be among {CONFIGURATIONS}, got {bad or self.configurations}")
+        if self.answers not in ("iraven", "fair", "raven"):
+            raise ValueError(f"answers must be 'iraven', 'fair' or 'raven', got {self.answers!r}")
         for a in self.constant_attrs:
             if a not in ATTRIBUTES: raise ValueError(f"constant_attrs must be among {ATTRIBUTES}, got {a!r}")
         for pair in tuple(self.exclude_rules) + tuple(self.require_rules):
@@ -195,20 +212,35 @@ class RPMConfig:
                 raise ValueError(f"rule pairs are (rule, attribute) from {RULES} x {ATTRIBUTES}, got {pair!r}")
         for a, (lo, hi) in self.value_ranges.items():
             if a not in DOMAIN or not (0 <= lo <= hi < DOMAIN[a]) or hi - lo < 2:
-                raise ValueError(f"value_ranges[{a!r}] must be (lo, hi) with 0 <= lo, hi - lo >= 2, hi < {DOMAIN.get(a, '?')}, got {(lo, hi)}")
+                raise ValueError(
+                    f"value_ranges[{a!r}] must be (lo, hi) with 0 <= lo, hi - lo >= 2, hi < {DOMAIN.get(a, '?')}, got "
+                    f"{(lo, hi)}"
+                )
         if self.supersample not in (1, 2, 4): raise ValueError(f"supersample must be 1, 2 or 4, got {self.supersample}")
         self.configurations = tuple(self.configurations)
-        self.exclude_rules, self.require_rules = tuple(map(tuple, self.exclude_rules)), tuple(map(tuple, self.require_rules))
+        self.exclude_rules, self.require_rules = (
+            tuple(map(tuple, self.exclude_rules)),
+            tuple(map(tuple, self.require_rules)),
+        )
         for a in ENTITY_ATTRS:
             if not _rule_options(a, self): raise ValueError(f"exclude_rules leaves no rule for {a}")
         kinds = {kind for conf in self.configurations for kind, _ in LAYOUTS[conf]}
-        if "grid" in kinds and not _layout_options(self): raise ValueError("exclude_rules leaves no rule for the layout (Number / Position)")
+        if "grid" in kinds and not _layout_options(self):
+            raise ValueError("exclude_rules leaves no rule for the layout (Number / Position)")
         for pair in self.require_rules:   # impossible requests fail now, not after thousands of rejected draws
             if pair in self.exclude_rules: raise ValueError(f"{pair} is both required and excluded")
             rule, attr = pair
-            possible = (rule in _rule_options(attr, self) if attr in ENTITY_ATTRS else     # a single slot's layout is a structural Constant on Number
-                        ("grid" in kinds and pair in _layout_options(self)) or (pair == ("Constant", "Number") and bool(kinds - {"grid"})))
-            if not possible: raise ValueError(f"required {pair} cannot occur with these settings (configurations, constant_attrs, exclude_rules)")
+            # a single slot's layout is a structural Constant on Number
+            possible = (
+                rule in _rule_options(attr, self)
+                if attr in ENTITY_ATTRS
+                else ("grid" in kinds and pair in _layout_options(self))
+                or (pair == ("Constant", "Number") and bool(kinds - {"grid"}))
+            )
+            if not possible:
+                raise ValueError(
+                    f"required {pair} cannot occur with these settings (configurations, constant_attrs, exclude_rules)"
+                )
 
 # %% ../nbs/03_rpm.ipynb #r3s00001
 def _rule_options(attr: str, cfg: RPMConfig) -> list[str]:
@@ -219,10 +251,13 @@ def _rule_options(attr: str, cfg: RPMConfig) -> list[str]:
 LAYOUT_RULES = (("Constant", "Position"),) + tuple((r, a) for r in RULES[1:] for a in ("Number", "Position"))
 
 def _layout_options(cfg: RPMConfig) -> list[tuple[str, str]]:
-    "A grid's layout rules as (rule, attribute): RAVEN's 7 (Constant keeps the slots), less the excluded; Constant alone if Number or Position is held."
+    """A grid's layout rules as (rule, attribute): RAVEN's 7 (Constant keeps the slots), less the excluded; Constant
+    alone if Number or Position is held."""
     if {"Number", "Position"} & set(cfg.constant_attrs): return [("Constant", "Position")]
     no_constant = {("Constant", "Number"), ("Constant", "Position")} & set(cfg.exclude_rules)
-    return [(r, a) for r, a in LAYOUT_RULES if (r, a) not in cfg.exclude_rules and not (r == "Constant" and no_constant)]
+    return [
+        (r, a) for r, a in LAYOUT_RULES if (r, a) not in cfg.exclude_rules and not (r == "Constant" and no_constant)
+    ]
 
 def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int, int]:
     if attr == "Number": return 1, n_slots
@@ -234,7 +269,8 @@ def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int
     return lo, hi
 
 def _choose_layout(comp_kind: str, cfg: RPMConfig, rng) -> tuple[str, str]:
-    "(attribute, rule) of a component's layout: one of a grid's 7 options, uniformly; a single slot is structural (Constant)."
+    """(attribute, rule) of a component's layout: one of a grid's 7 options, uniformly; a single slot is structural
+    (Constant)."""
     if comp_kind != "grid": return "Number", "Constant"
     options = _layout_options(cfg)
     rule, attr = options[rng.integers(len(options))]
@@ -267,8 +303,11 @@ def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
             a = rand_set()
             if rule == "Constant": rows.append([a, a, a])
             elif rule == "Progression":
-                b = tuple(sorted((x + param) % n_slots for x in a)); c = tuple(sorted((x + param) % n_slots for x in b)); rows.append([a, b, c])
-            else:   # union / difference: redraw the row until the third set is non-empty and differs from both (as RAVEN does)
+                b = tuple(sorted((x + param) % n_slots for x in a))
+                c = tuple(sorted((x + param) % n_slots for x in b))
+                rows.append([a, b, c])
+            # union / difference: redraw the row until the third set is non-empty and differs from both (as RAVEN does)
+            else:
                 for _ in range(50):
                     a, b = rand_set(), rand_set()
                     c = tuple(sorted(set(a) | set(b))) if param > 0 else tuple(sorted(set(a) - set(b)))
@@ -314,12 +353,18 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
             for attr, rule in [(la, layout_rule)] + [(a, _choose_rule(a, kind, cfg, rng)) for a in ENTITY_ATTRS]:
                 param = _draw_param(rule, rng)
                 lo, hi = _attr_range(attr, kind, cfg, n)
-                vals = _values_grid(rule, param, attr, lo, hi, n, rng) if not (kind != "grid" and attr == "Number") else [[1, 1, 1]] * 3
+                vals = (
+                    _values_grid(rule, param, attr, lo, hi, n, rng)
+                    if not (kind != "grid" and attr == "Number")
+                    else [[1, 1, 1]] * 3
+                )
                 if vals is None: ok = False; break
                 g[attr] = vals; rules.append(Rule(c, attr, rule, param))
             if not ok: break
-            if la == "Number":      # positions are free: a random set of the given size per panel
-                g["Position"] = [[tuple(sorted(rng.choice(n, k, replace=False).tolist())) for k in row] for row in g["Number"]]
+            if la == "Number":  # positions are free: a random set of the given size per panel
+                g["Position"] = [
+                    [tuple(sorted(rng.choice(n, k, replace=False).tolist())) for k in row] for row in g["Number"]
+                ]
             grids.append(g)
         if not ok: continue
         if cfg.require_rules and not any((r.rule, r.attribute) in cfg.require_rules for r in rules): continue
@@ -359,7 +404,11 @@ def _modify(panel: list[CompState], c: int, attr: str, comps, cfg, rng) -> list[
         lo, hi = _attr_range(attr, kind, cfg, len(slots))
         opts = [v for v in range(lo, hi + 1) if v != getattr(s, attr.lower())]
         if not opts: return None
-        new = CompState(s.slots, **{**{"type": s.type, "size": s.size, "color": s.color}, attr.lower(): int(rng.choice(opts))}, angles=s.angles)
+        new = CompState(
+            s.slots,
+            **{**{"type": s.type, "size": s.size, "color": s.color}, attr.lower(): int(rng.choice(opts))},
+            angles=s.angles,
+        )
     elif attr == "Number":
         opts = [k for k in range(1, len(slots) + 1) if k != len(s.slots)]
         k = int(rng.choice(opts))
@@ -404,7 +453,12 @@ def answer_set(answer: list[CompState], comps, layout_attr, cfg: RPMConfig, rng)
 
 def _take(s: CompState, attr: str, alt: CompState) -> CompState:
     "s with attribute attr taken from alt (for Number / Position: alt's slots and rotations), the rest kept."
-    if attr in ENTITY_ATTRS: return CompState(s.slots, **{"type": s.type, "size": s.size, "color": s.color, attr.lower(): getattr(alt, attr.lower())}, angles=s.angles)
+    if attr in ENTITY_ATTRS:
+        return CompState(
+            s.slots,
+            **{"type": s.type, "size": s.size, "color": s.color, attr.lower(): getattr(alt, attr.lower())},
+            angles=s.angles,
+        )
     return CompState(alt.slots, s.type, s.size, s.color, alt.angles)
 
 def _sym(panel) -> tuple: return tuple(c.symbolic() for c in panel)
@@ -415,9 +469,13 @@ _POLY = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6}
 def _shape_points(t: str, cx: float, cy: float, r: float, angle: float) -> list[tuple[float, float]]:
     n = _POLY[t]
     a0 = math.radians(angle) - math.pi / 2 + (math.pi / 4 if t == "square" else 0)
-    return [(cx + r * math.cos(a0 + 2 * math.pi * k / n), cy + r * math.sin(a0 + 2 * math.pi * k / n)) for k in range(n)]
+    return [
+        (cx + r * math.cos(a0 + 2 * math.pi * k / n), cy + r * math.sin(a0 + 2 * math.pi * k / n)) for k in range(n)
+    ]
 
-def _draw_panel(d: ImageDraw.ImageDraw, panel: Sequence[CompState], configuration: str, S: int, ox: int = 0, oy: int = 0) -> None:
+def _draw_panel(
+    d: ImageDraw.ImageDraw, panel: Sequence[CompState], configuration: str, S: int, ox: int = 0, oy: int = 0
+) -> None:
     "Draw one panel of side S (pixels) with its top-left corner at (ox, oy)."
     lw = max(1, round(S / 80))
     for (kind, slots), comp in zip(LAYOUTS[configuration], panel):
@@ -431,9 +489,12 @@ def _draw_panel(d: ImageDraw.ImageDraw, panel: Sequence[CompState], configuratio
             if t == "circle": d.ellipse([x - r, y - r, x + r, y + r], fill=fill, outline=0, width=lw); continue
             a = 0 if kind == "out" else ang
             d.polygon(_shape_points(t, x, y, r, a), fill=0)                               # outline: a black polygon ...
-            d.polygon(_shape_points(t, x, y, r - lw / math.cos(math.pi / _POLY[t]), a), fill=fill)   # ... and the fill inset by lw
+            # ... and the fill inset by lw
+            d.polygon(_shape_points(t, x, y, r - lw / math.cos(math.pi / _POLY[t]), a), fill=fill)
 
-def render_panels(panels: Sequence[Sequence[CompState]], configuration: str, size: int = 80, supersample: int = 2) -> np.ndarray:
+def render_panels(
+    panels: Sequence[Sequence[CompState]], configuration: str, size: int = 80, supersample: int = 2
+) -> np.ndarray:
     "(len(panels), size, size) uint8: panels drawn side by side on one canvas and box-filtered down at once."
     S, n = size * supersample, len(panels)
     img = Image.new("L", (S * n, S), 255)
@@ -453,12 +514,18 @@ def render_puzzle(p: Puzzle, size: int = 80, supersample: int = 2) -> np.ndarray
 # %% ../nbs/03_rpm.ipynb #d5f44863
 def _counted(p: Puzzle) -> list[Rule]:
     kinds = [k for k, _ in LAYOUTS[p.configuration]]
-    return [r for r in p.rules if not (kinds[r.component] in ("single", "out") and r.attribute in ("Number", "Position"))
-            and not (kinds[r.component] == "out" and r.attribute == "Color")]
+    return [
+        r
+        for r in p.rules
+        if not (kinds[r.component] in ("single", "out") and r.attribute in ("Number", "Position"))
+        and not (kinds[r.component] == "out" and r.attribute == "Color")
+    ]
 
 def meta_target(p: Puzzle, convention: str = "raven") -> np.ndarray:
-    "The 9-bit dense rule label: 'raven' ORs every rule (Constant layout sets Number and Position); 'cvlc' only the counted rules."
-    if convention not in ("raven", "cvlc"): raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
+    """The 9-bit dense rule label: 'raven' ORs every rule (Constant layout sets Number and Position); 'cvlc' only the
+    counted rules."""
+    if convention not in ("raven", "cvlc"):
+        raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
     m = np.zeros(9, np.int8)
     for r in (p.rules if convention == "raven" else _counted(p)):
         m[RULES.index(r.rule)] = 1
@@ -475,7 +542,8 @@ def sparse_rules(p: Puzzle) -> np.ndarray:
 # %% ../nbs/03_rpm.ipynb #d1b00ee8
 @dataclass
 class RPMSet:
-    "Generated Raven matrices: images (n, 16, H, W) uint8, target, meta_target (n, 9), sparse rules (n, 40) and the symbolic puzzles."
+    """Generated Raven matrices: images (n, 16, H, W) uint8, target, meta_target (n, 9), sparse rules (n, 40) and the
+    symbolic puzzles."""
     images: np.ndarray
     target: np.ndarray
     meta_target: np.ndarray
@@ -493,7 +561,9 @@ class RPMSet:
     def save(self, folder) -> Path:
         "Arrays in rpm.npz, symbolic puzzles and settings in puzzles.json."
         folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(folder / "rpm.npz", images=self.images, target=self.target, meta_target=self.meta_target, sparse=self.sparse)
+        np.savez_compressed(
+            folder / "rpm.npz", images=self.images, target=self.target, meta_target=self.meta_target, sparse=self.sparse
+        )
         doc = {"seed": self.seed, "config": asdict(self.config), "puzzles": [_puzzle_dict(p) for p in self.puzzles]}
         tmp = folder / "puzzles.json.tmp"; tmp.write_text(json.dumps(doc)); os.replace(tmp, folder / "puzzles.json")
         return folder
@@ -502,23 +572,41 @@ class RPMSet:
     def load(cls, folder) -> "RPMSet":
         folder = Path(folder)
         for f in ("rpm.npz", "puzzles.json"):
-            if not (folder / f).is_file(): raise FileNotFoundError(f"{folder / f}: missing (not a saved RPMSet folder?)")
+            if not (folder / f).is_file():
+                raise FileNotFoundError(f"{folder / f}: missing (not a saved RPMSet folder?)")
         z = np.load(folder / "rpm.npz"); doc = json.loads((folder / "puzzles.json").read_text())
         c = doc["config"]
-        cfg = RPMConfig(**{**c, "configurations": tuple(c["configurations"]), "constant_attrs": tuple(c["constant_attrs"])})
-        return cls(z["images"], z["target"], z["meta_target"], z["sparse"], [_puzzle_from(d) for d in doc["puzzles"]], cfg, doc["seed"])
+        cfg = RPMConfig(
+            **{**c, "configurations": tuple(c["configurations"]), "constant_attrs": tuple(c["constant_attrs"])}
+        )
+        return cls(
+            z["images"],
+            z["target"],
+            z["meta_target"],
+            z["sparse"],
+            [_puzzle_from(d) for d in doc["puzzles"]],
+            cfg,
+            doc["seed"],
+        )
 
 def _puzzle_dict(p: Puzzle) -> dict:
     st = lambda s: {"slots": list(s.slots), "type": s.type, "size": s.size, "color": s.color, "angles": list(s.angles)}
-    return {"configuration": p.configuration, "rules": [asdict(r) for r in p.rules], "target": p.target,
-            "context": [[st(c) for c in panel] for panel in p.context], "candidates": [[st(c) for c in panel] for panel in p.candidates]}
+    return {
+        "configuration": p.configuration,
+        "rules": [asdict(r) for r in p.rules],
+        "target": p.target,
+        "context": [[st(c) for c in panel] for panel in p.context],
+        "candidates": [[st(c) for c in panel] for panel in p.candidates],
+    }
 
 def _puzzle_from(d: dict) -> Puzzle:
     st = lambda s: CompState(tuple(s["slots"]), s["type"], s["size"], s["color"], tuple(s["angles"]))
     return Puzzle(d["configuration"], [Rule(**r) for r in d["rules"]], [[st(c) for c in p] for p in d["context"]],
                   [[st(c) for c in p] for p in d["candidates"]], d["target"])
 
-def make_rpm(n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool | None = None, **kw) -> RPMSet:
+def make_rpm(
+    n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool | None = None, **kw
+) -> RPMSet:
     "Generate n puzzles (same seed, same bytes): images (n, 16, 80, 80), targets, dense and sparse rule labels."
     n, seed = check_int("n", n, 1), check_int("seed", seed, 0, 2**63 - 1)
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
@@ -540,7 +628,10 @@ def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     hits = 0
     for p in rs.puzzles:
-        feats = [[(c, a, _key(s[c].value(a))) for c in range(len(s)) for a in ("Number", "Position") + ENTITY_ATTRS] for s in p.candidates]
+        feats = [
+            [(c, a, _key(s[c].value(a))) for c in range(len(s)) for a in ("Number", "Position") + ENTITY_ATTRS]
+            for s in p.candidates
+        ]
         freq = collections.Counter(f for fs in feats for f in fs)
         score = np.array([sum(freq[f] for f in fs) for fs in feats], float)
         best = np.flatnonzero(score == score.max())
@@ -556,8 +647,14 @@ def _apply(img: np.ndarray, t: str) -> np.ndarray:
             "rot90": lambda x: np.rot90(x, 1, (-2, -1)), "rot180": lambda x: np.rot90(x, 2, (-2, -1)),
             "rot270": lambda x: np.rot90(x, 3, (-2, -1)), "transpose": lambda x: np.swapaxes(x, -1, -2)}[t](img)
 
-def augment(images: np.ndarray, puzzle: Puzzle | None = None, rng: np.random.Generator | None = None, transform: str | None = None) -> np.ndarray:
-    "The same transform on all 16 panels; with a Position rule present (or no puzzle given) only the identity moves nothing."
+def augment(
+    images: np.ndarray,
+    puzzle: Puzzle | None = None,
+    rng: np.random.Generator | None = None,
+    transform: str | None = None,
+) -> np.ndarray:
+    """The same transform on all 16 panels; with a Position rule present (or no puzzle given) only the identity moves
+    nothing."""
     rng = rng or np.random.default_rng()
     has_pos_rule = puzzle is None or any(r.attribute == "Position" and r.rule != "Constant" for r in puzzle.rules)
     allowed = ("identity",) if has_pos_rule else TRANSFORMS

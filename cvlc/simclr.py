@@ -38,7 +38,10 @@ from .training import Checkpoint, DistributedTrainer, embed, linear_probe, make_
 # %% ../nbs/10_simclr.ipynb #9f413731
 def _check_images(x: Tensor) -> None:
     if not isinstance(x, Tensor) or x.ndim != 4 or x.shape[1] != 3 or not x.is_floating_point():
-        raise ValueError(f"images must be a float (B, 3, H, W) tensor in [0, 1], got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        raise ValueError(
+            f"images must be a float (B, 3, H, W) tensor in [0, 1], got {getattr(x, 'dtype', type(x).__name__)} "
+            f"{tuple(getattr(x, 'shape', ()))}"
+        )
 
 def _uniform(n: int, lo: float, hi: float, generator: torch.Generator | None, device) -> Tensor:
     "n draws from U(lo, hi) from `generator` (on the CPU, so CPU and GPU runs draw the same numbers), on `device`."
@@ -47,8 +50,11 @@ def _uniform(n: int, lo: float, hi: float, generator: torch.Generator | None, de
 def _per_image(v: Tensor) -> Tensor: return v.view(-1, 1, 1, 1)
 
 # %% ../nbs/10_simclr.ipynb #bf006436
-def crop_boxes(n: int, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3), generator: torch.Generator | None = None, device="cpu") -> Tensor:
-    "Random boxes (n, 4) as (cx, cy, w, h) in fractions of the image: area ~ U(scale), log aspect ~ U(log ratio), inside the image."
+def crop_boxes(
+    n: int, scale=(0.3, 1.0), ratio=(3 / 4, 4 / 3), generator: torch.Generator | None = None, device="cpu"
+) -> Tensor:
+    """Random boxes (n, 4) as (cx, cy, w, h) in fractions of the image: area ~ U(scale), log aspect ~ U(log ratio),
+    inside the image."""
     if not 0 < scale[0] <= scale[1] <= 1: raise ValueError(f"scale must satisfy 0 < low <= high <= 1, got {scale}")
     if not 0 < ratio[0] <= ratio[1]: raise ValueError(f"ratio must satisfy 0 < low <= high, got {ratio}")
     area = _uniform(n, *scale, generator, device)
@@ -123,10 +129,13 @@ def adjust_hue(x: Tensor, shift: Tensor) -> Tensor:
 
 # %% ../nbs/10_simclr.ipynb #74f05884
 def color_jitter(x: Tensor, strength: float = 1.0, p: float = 0.8, generator: torch.Generator | None = None) -> Tensor:
-    "SimCLR's colour jitter of strength s: brightness, contrast, saturation in [1-0.8s, 1+0.8s], hue in [-0.2s, 0.2s], with probability p."
+    """SimCLR's colour jitter of strength s: brightness, contrast, saturation in [1-0.8s, 1+0.8s], hue in [-0.2s, 0.2s],
+    with probability p."""
     B, dev = len(x), x.device
     on = _uniform(B, 0, 1, generator, dev) < p
-    factor = lambda lo, hi, off: torch.where(on, _uniform(B, lo, hi, generator, dev), torch.full((B,), off, device=dev, dtype=torch.float32))
+    factor = lambda lo, hi, off: torch.where(
+        on, _uniform(B, lo, hi, generator, dev), torch.full((B,), off, device=dev, dtype=torch.float32)
+    )
     s = strength
     ops = [(adjust_brightness, factor(max(0.0, 1 - 0.8 * s), 1 + 0.8 * s, 1.0)),
            (adjust_contrast, factor(max(0.0, 1 - 0.8 * s), 1 + 0.8 * s, 1.0)),
@@ -144,7 +153,8 @@ def random_grayscale(x: Tensor, p: float = 0.2, generator: torch.Generator | Non
 
 # %% ../nbs/10_simclr.ipynb #20eab64e
 def gaussian_blur(x: Tensor, sigma: Tensor, kernel: int) -> Tensor:
-    "Blur each image with its own Gaussian (standard deviation `sigma[i]` pixels) on an odd `kernel` x `kernel` window, borders reflected."
+    """Blur each image with its own Gaussian (standard deviation `sigma[i]` pixels) on an odd `kernel` x `kernel`
+    window, borders reflected."""
     _check_images(x)
     if kernel < 1 or kernel % 2 == 0: raise ValueError(f"kernel must be a positive odd size, got {kernel}")
     B, C, H, W = x.shape
@@ -166,7 +176,8 @@ def random_blur(x: Tensor, p: float = 0.5, sigma=(0.1, 2.0), generator: torch.Ge
 # %% ../nbs/10_simclr.ipynb #12d72946
 @dataclass(frozen=True)
 class SimCLRAugment:
-    "SimCLR's augmentation t ~ T on a batch: resized crop + flip, colour jitter (strength `color`, p 0.8), grayscale (p 0.2), blur (p 0.5)."
+    """SimCLR's augmentation t ~ T on a batch: resized crop + flip, colour jitter (strength `color`, p 0.8), grayscale
+    (p 0.2), blur (p 0.5)."""
     crop_scale: tuple = (0.3, 1.0)
     flip_p: float = 0.5
     color: float = 1.0
@@ -189,21 +200,26 @@ class SimCLRModel(nn.Module):
         self.f, self.g = encoder, ProjectionHead(encoder.dim, encoder.dim, proj_dim)
     def forward(self, batch) -> Tensor:
         v = batch["views"]
-        if v.ndim != 5 or v.shape[1] != 2: raise ValueError(f"batch['views'] must be (B, 2, C, H, W), got {tuple(v.shape)}")
+        if v.ndim != 5 or v.shape[1] != 2:
+            raise ValueError(f"batch['views'] must be (B, 2, C, H, W), got {tuple(v.shape)}")
         return self.g(self.f(v.flatten(0, 1))).reshape(len(v), 2, -1)
 
 class TwoViews(Callback):
     "Before each batch, batch['views'] = two augmentations of batch['image'], drawn from this callback's generator."
-    order = -20      # before DistributedTrainer cuts the batch: every process makes the views of the whole batch, as one process would
+    # before DistributedTrainer cuts the batch: every process makes the views of the whole batch, as one process would
+    order = -20
     def __init__(self, augment: SimCLRAugment, seed: int = 0):
         self.augment, self.generator = augment, torch.Generator().manual_seed(seed)
     def before_batch(self):
         b = self.learn.xb[0]
-        b["views"] = torch.stack([self.augment(b["image"], self.generator), self.augment(b["image"], self.generator)], 1)
+        b["views"] = torch.stack(
+            [self.augment(b["image"], self.generator), self.augment(b["image"], self.generator)], 1
+        )
 
 # %% ../nbs/10_simclr.ipynb #61b7f2f9
 class AlignUniform(Callback):
-    "Every `every` training steps, log alignment and uniformity (Wang & Isola) of the model's z on fixed views of `images`."
+    """Every `every` training steps, log alignment and uniformity (Wang & Isola) of the model's z on fixed views of
+    `images`."""
     order = 56
     def __init__(self, images: Tensor, augment: SimCLRAugment, every: int = 10, seed: int = 12345):
         self.views = torch.stack([augment(images, torch.Generator().manual_seed(seed)),
@@ -215,7 +231,9 @@ class AlignUniform(Callback):
         model.eval()
         with torch.no_grad():
             dev = next(model.parameters()).device
-            z = torch.cat([model({"views": self.views[i:i + 256].to(dev)}) for i in range(0, len(self.views), 256)]).float()
+            z = torch.cat(
+                [model({"views": self.views[i : i + 256].to(dev)}) for i in range(0, len(self.views), 256)]
+            ).float()
         model.train(was)
         h = self.learn.history
         h.log("alignment", alignment(z[:, 0], z[:, 1])); h.log("uniformity", uniformity(z[:, 0]))
@@ -227,7 +245,8 @@ class AlignUniform(Callback):
 # %% ../nbs/10_simclr.ipynb #a874f5eb
 @dataclass(frozen=True)
 class SimCLRConfig:
-    "One SimCLR run: batch size, temperature, epochs, learning rate, projection size, encoder sizes and the augmentation."
+    """One SimCLR run: batch size, temperature, epochs, learning rate, projection size, encoder sizes and the
+    augmentation."""
     batch_size: int = 128
     temperature: float = 0.5
     epochs: int = 5
@@ -239,12 +258,15 @@ class SimCLRConfig:
     optimizer: str = "adam"                 # or "sgd" (plain, no momentum)
 
     def __post_init__(self):
-        if self.optimizer not in ("adam", "sgd"): raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.batch_size < 2: raise ValueError(f"batch_size must be at least 2 (a positive needs a negative), got {self.batch_size}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be at least 2 (a positive needs a negative), got {self.batch_size}")
         if not self.temperature > 0: raise ValueError(f"temperature must be positive, got {self.temperature}")
 
 def image_batches(images: Tensor, batch_size: int, seed: int, shuffle: bool = True):
-    "A DataLoader of {'image'} batches over an (N, 3, H, W) tensor, shuffled by its own generator, without a last partial batch."
+    """A DataLoader of {'image'} batches over an (N, 3, H, W) tensor, shuffled by its own generator, without a last
+    partial batch."""
     from torch.utils.data import DataLoader, TensorDataset
     ds = TensorDataset(images)
     collate = lambda items: {"image": torch.stack([t[0] for t in items])}
@@ -252,12 +274,22 @@ def image_batches(images: Tensor, batch_size: int, seed: int, shuffle: bool = Tr
                       generator=torch.Generator().manual_seed(seed))
 
 # %% ../nbs/10_simclr.ipynb #d411898e
-def train_simclr(images: Tensor, config: "SimCLRConfig | None" = None, seed: int = 0, checkpoint: str | os.PathLike | None = None,
-                 monitor: Tensor | None = None, monitor_every: int = 10, distributed: bool = False, progress: bool = False):
-    "Train f and g with NT-Xent on two augmentations of `images` (N, 3, H, W) (default `SimCLRConfig()`); returns the SimCLRModel and the run's History."
+def train_simclr(
+    images: Tensor,
+    config: "SimCLRConfig | None" = None,
+    seed: int = 0,
+    checkpoint: str | os.PathLike | None = None,
+    monitor: Tensor | None = None,
+    monitor_every: int = 10,
+    distributed: bool = False,
+    progress: bool = False,
+):
+    """Train f and g with NT-Xent on two augmentations of `images` (N, 3, H, W) (default `SimCLRConfig()`); returns the
+    SimCLRModel and the run's History."""
     _check_images(images)
     config = config or SimCLRConfig()
-    if len(images) < config.batch_size: raise ValueError(f"{len(images)} images cannot fill one batch of {config.batch_size}")
+    if len(images) < config.batch_size:
+        raise ValueError(f"{len(images)} images cannot fill one batch of {config.batch_size}")
     seed_everything(seed)
     model = SimCLRModel(VisualStream(config.dim, config.widths), config.proj_dim)
     loss = lambda z, b: nt_xent(z, config.temperature, distributed=distributed)
@@ -277,7 +309,10 @@ def train_simclr(images: Tensor, config: "SimCLRConfig | None" = None, seed: int
 def world_probe_labels(scenes) -> dict[str, Tensor]:
     "Per image: multi-hot presence of each colour, shape and size, and the object count."
     from cvlc.world import COLORS, SHAPES, SIZES
-    have = lambda attr, vals: torch.tensor([[any(getattr(o, attr) == v for o in s.objects) for v in vals] for s in scenes], dtype=torch.long)
+
+    have = lambda attr, vals: torch.tensor(
+        [[any(getattr(o, attr) == v for o in s.objects) for v in vals] for s in scenes], dtype=torch.long
+    )
     return {"colour": have("color", COLORS), "shape": have("shape", SHAPES), "size": have("size", SIZES),
             "count": torch.tensor([len(s.objects) for s in scenes])}
 
@@ -302,8 +337,11 @@ class _Supervised(nn.Module):
         h = self.f(x)
         return {k: m(h) for k, m in self.heads.items()}
 
-def train_supervised(images: Tensor, labels: dict[str, Tensor], config: "SimCLRConfig | None" = None, seed: int = 0) -> nn.Module:
-    "The encoder trained on the probe labels themselves (BCE per multi-hot label, CE per class label), with random flips."
+def train_supervised(
+    images: Tensor, labels: dict[str, Tensor], config: "SimCLRConfig | None" = None, seed: int = 0
+) -> nn.Module:
+    """The encoder trained on the probe labels themselves (BCE per multi-hot label, CE per class label), with random
+    flips."""
     from torch.utils.data import DataLoader
     config = config or SimCLRConfig()
     seed_everything(seed)
@@ -311,9 +349,14 @@ def train_supervised(images: Tensor, labels: dict[str, Tensor], config: "SimCLRC
     sizes = {k: int(t.max()) + 1 if t.ndim == 1 else t.shape[1] for k, t in targets.items()}
     model = _Supervised(VisualStream(config.dim, config.widths), sizes, seed)
     def loss(out, b):
-        return sum(F.cross_entropy(out[k], b[k]) if b[k].ndim == 1 else F.binary_cross_entropy_with_logits(out[k], b[k]) for k in out)
+        return sum(
+            F.cross_entropy(out[k], b[k]) if b[k].ndim == 1 else F.binary_cross_entropy_with_logits(out[k], b[k])
+            for k in out
+        )
     data = [{"image": images[i], **{k: t[i] for k, t in targets.items()}} for i in range(len(images))]
-    dl = DataLoader(data, config.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed))
+    dl = DataLoader(
+        data, config.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
+    )
     learn = make_learner(model, dl, None, loss, lr=config.lr)
     with learn.no_bar(), learn.no_logging(): learn.fit(config.epochs)
     return model.f
@@ -332,20 +375,26 @@ def load_encoder(path) -> VisualStream:
 
 # %% ../nbs/10_simclr.ipynb #078fd9e2
 def main(argv: Sequence[str] | None = None) -> int:
-    "Entry point of `python -m cvlc.simclr` (and of `torchrun ... -m cvlc.simclr`): train on the world, save the encoder."
+    """Entry point of `python -m cvlc.simclr` (and of `torchrun ... -m cvlc.simclr`): train on the world, save the
+    encoder."""
     import torch.distributed as dist
     from cvlc.world import make_world
-    ap = argparse.ArgumentParser(prog="python -m cvlc.simclr", description="SimCLR on the shapes world (one or several processes).")
+
+    ap = argparse.ArgumentParser(
+        prog="python -m cvlc.simclr", description="SimCLR on the shapes world (one or several processes)."
+    )
     ap.add_argument("--images", type=int, default=4096); ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=128); ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--dim", type=int, default=64); ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam"); ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--out", default="runs/simclr", help="folder for simclr_encoder.pt")
     args = ap.parse_args(argv)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1: dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
-        if args.batch % world_size: raise SystemExit(f"--batch {args.batch} must be divisible by the {world_size} processes")
+        if args.batch % world_size:
+            raise SystemExit(f"--batch {args.batch} must be divisible by the {world_size} processes")
         images = torch.from_numpy(make_world(args.images, seed=args.seed).images).permute(0, 3, 1, 2).float() / 255
         cfg = SimCLRConfig(batch_size=args.batch, temperature=args.temperature, epochs=args.epochs, dim=args.dim,
                            optimizer=args.optimizer, lr=args.lr)

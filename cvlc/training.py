@@ -59,21 +59,25 @@ def make_learner(model: nn.Module, train: Iterable, valid: Iterable | None = Non
     """A fastai `Learner` over loaders of dict batches: `model(batch)`, `loss_func(pred, batch)`, `metrics` as
     `f(pred, batch)`; a `History` of every loss is kept unless `history=False`."""
     if not isinstance(model, nn.Module): raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if loss_func is None or not callable(loss_func): raise TypeError("loss_func must be a callable (pred, batch) -> scalar loss")
+    if loss_func is None or not callable(loss_func):
+        raise TypeError("loss_func must be a callable (pred, batch) -> scalar loss")
     dls = DataLoaders(_OneTuple(train), _OneTuple(valid if valid is not None else []))
     cbs = [DictBatch(), *([History()] if history else []), *cbs]
     return Learner(dls, model, loss_func=loss_func, opt_func=opt_func, lr=lr, wd=wd, cbs=cbs, metrics=list(metrics))
 
 # %% ../nbs/07_training.ipynb #4b5af548
 class History(Callback):
-    "Per-step training losses, per-epoch validation losses and anything other callbacks `log`; rows of dicts in `.rows`."
+    """Per-step training losses, per-epoch validation losses and anything other callbacks `log`; rows of dicts in
+    `.rows`."""
     order = 55
     def __init__(self): self.rows = []
     def before_fit(self): self.rows, self._valid = [], []
     def log(self, name: str, value, **extra):
         "Record `value` under `name` at the current step and epoch."
         v = value.item() if isinstance(value, Tensor) else float(value)
-        self.rows.append({"name": name, "value": v, "step": int(self.learn.train_iter), "epoch": int(self.learn.epoch), **extra})
+        self.rows.append(
+            {"name": name, "value": v, "step": int(self.learn.train_iter), "epoch": int(self.learn.epoch), **extra}
+        )
     def after_loss(self):
         if self.training: self.log(getattr(self.learn, "loss_name", "loss"), self.learn.loss.detach())
         else: self._valid.append((self.learn.loss.item(), batch_size(self.learn.xb[0])))
@@ -89,13 +93,15 @@ class History(Callback):
 
 # %% ../nbs/07_training.ipynb #t07fs002
 def index_batches(n: int, batch_size: int, generator: torch.Generator | None = None, shuffle: bool = True):
-    "Index tensors of one epoch's batches: a fresh permutation cut into whole batches or, unshuffled, every index in order."
+    """Index tensors of one epoch's batches: a fresh permutation cut into whole batches or, unshuffled, every index in
+    order."""
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     stop = n // batch_size * batch_size if shuffle else n
     for s in range(0, stop, batch_size): yield order[s:s + batch_size]
 
 class IndexedBatches:
-    "Batches `get(idx)` for the index tensors of `index_batches`, epoch after epoch, shuffled with their own seeded generator (or in order)."
+    """Batches `get(idx)` for the index tensors of `index_batches`, epoch after epoch, shuffled with their own seeded
+    generator (or in order)."""
     def __init__(self, n: int, batch_size: int, get: Callable[[Tensor], Any], seed: int = 0, shuffle: bool = True):
         self.n, self.bs, self.get, self.shuffle = n, batch_size, get, shuffle
         self.g = torch.Generator().manual_seed(seed)
@@ -103,9 +109,17 @@ class IndexedBatches:
     def __iter__(self):
         for idx in index_batches(self.n, self.bs, self.g, self.shuffle): yield self.get(idx)
 
-def fit_steps(model: nn.Module, train: Iterable, loss_func: Callable, steps: int, lr: float = 1e-3, wd: float | None = None,
-              cbs: Sequence[Callback] = ()) -> Learner:
-    "Train quietly for about `steps` updates: whole epochs of `train` (at least one), one-cycle schedule at `lr`; the Learner's `history` keeps every loss."
+def fit_steps(
+    model: nn.Module,
+    train: Iterable,
+    loss_func: Callable,
+    steps: int,
+    lr: float = 1e-3,
+    wd: float | None = None,
+    cbs: Sequence[Callback] = (),
+) -> Learner:
+    """Train quietly for about `steps` updates: whole epochs of `train` (at least one), one-cycle schedule at `lr`; the
+    Learner's `history` keeps every loss."""
     learn = make_learner(model, train, None, loss_func, lr=lr, wd=wd, cbs=cbs)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(steps / max(len(train), 1))), lr)
     return learn
@@ -141,7 +155,8 @@ class Alternate(_SecondStream):
     "ConClaT Alg. 1: after every `every - 1` updates of the main loss, one update of `loss_func` on a batch of `dl`."
     order = 60
     def __init__(self, dl: Iterable, loss_func: Callable, every: int = 4, name: str = "loss_b"):
-        if not (isinstance(every, int) and every >= 2): raise ValueError(f"every (N_ce) must be an int >= 2, got {every!r}")
+        if not (isinstance(every, int) and every >= 2):
+            raise ValueError(f"every (N_ce) must be an int >= 2, got {every!r}")
         super().__init__(dl, loss_func, name)
         self.every = every
     def after_step(self):
@@ -195,10 +210,12 @@ def grad_alignment(loss_a: Tensor, loss_b: Tensor, params: Iterable[nn.Parameter
 
 # %% ../nbs/07_training.ipynb #77d013b7
 class PretrainFinetune(_SecondStream):
-    "ConClaT Alg. 4 / SupCon: the first `epochs` epochs train `loss_func` on `dl`, the rest the main loss on the main data."
+    """ConClaT Alg. 4 / SupCon: the first `epochs` epochs train `loss_func` on `dl`, the rest the main loss on the main
+    data."""
     order = 60
     def __init__(self, dl: Iterable, loss_func: Callable, epochs: int, name: str = "loss_b"):
-        if not (isinstance(epochs, int) and epochs >= 1): raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+        if not (isinstance(epochs, int) and epochs >= 1):
+            raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
         super().__init__(dl, loss_func, name)
         self.epochs = epochs
     def before_train(self):
@@ -253,9 +270,16 @@ def set_rng_state(s: dict) -> None:
 
 # %% ../nbs/07_training.ipynb #e7d89743
 def _loader_generators(learn: Learner) -> list[torch.Generator]:
-    "The torch.Generators of the learner's loaders, of the callbacks' second streams and of callbacks (`.generator`): part of a run's state."
-    dls = [getattr(d, "dl", d) for d in learn.dls.loaders] + [cb.dl for cb in learn.cbs if isinstance(cb, _SecondStream)]
-    cands = [g for dl in dls for g in (getattr(dl, "generator", None), getattr(getattr(dl, "sampler", None), "generator", None))]
+    """The torch.Generators of the learner's loaders, of the callbacks' second streams and of callbacks (`.generator`):
+    part of a run's state."""
+    dls = [getattr(d, "dl", d) for d in learn.dls.loaders] + [
+        cb.dl for cb in learn.cbs if isinstance(cb, _SecondStream)
+    ]
+    cands = [
+        g
+        for dl in dls
+        for g in (getattr(dl, "generator", None), getattr(getattr(dl, "sampler", None), "generator", None))
+    ]
     cands += [getattr(cb, "generator", None) for cb in learn.cbs]
     gens = []
     for g in cands:
@@ -263,7 +287,8 @@ def _loader_generators(learn: Learner) -> list[torch.Generator]:
     return gens
 
 class Checkpoint(Callback):
-    "Save model, optimiser, epoch, random states and history after every epoch to `path`; with `resume`, continue from it."
+    """Save model, optimiser, epoch, random states and history after every epoch to `path`; with `resume`, continue from
+    it."""
     order = 70      # after History and the schedules
     def __init__(self, path, resume: bool = True):
         self.path, self.resume = Path(path), resume
@@ -274,12 +299,17 @@ class Checkpoint(Callback):
         st = load_checkpoint(self.path)
         model = self._model()
         model.load_state_dict(st["model"])
-        for prm, had in zip(model.parameters(), st["has_grad"]):   # fastai's optimisers step every parameter whose grad is not
-            if had and prm.grad is None: prm.grad = torch.zeros_like(prm)   # None (zeroed grads too: momentum moves them)
+        # fastai's optimisers step every parameter whose grad is not
+        for prm, had in zip(model.parameters(), st["has_grad"]):
+            # None (zeroed grads too: momentum moves them)
+            if had and prm.grad is None: prm.grad = torch.zeros_like(prm)
         self.learn.opt.load_state_dict(st["opt"])
         set_rng_state(st["rng"])
         gens = _loader_generators(self.learn)
-        if len(gens) != len(st["generators"]): raise ValueError(f"{self.path}: saved with {len(st['generators'])} loader generators, this run has {len(gens)}")
+        if len(gens) != len(st["generators"]):
+            raise ValueError(
+                f"{self.path}: saved with {len(st['generators'])} loader generators, this run has {len(gens)}"
+            )
         for g, state in zip(gens, st["generators"]): g.set_state(state)
         h = getattr(self.learn, "history", None)
         if h is not None: h.rows = list(st["history"])
@@ -305,7 +335,8 @@ def _slice(b: Any, s: slice, n: int) -> Any:
     return b
 
 class DistributedTrainer(Callback):
-    "Wrap the model in DistributedDataParallel and give each process its share of every batch (batch size divisible by the world)."
+    """Wrap the model in DistributedDataParallel and give each process its share of every batch (batch size divisible by
+    the world)."""
     order = -15
     def __init__(self, find_unused_parameters: bool = False):
         self.find_unused = find_unused_parameters
@@ -318,12 +349,18 @@ class DistributedTrainer(Callback):
         w, r = self.world()
         if w == 1: return b
         n = batch_size(b)
-        if n % w: raise ValueError(f"a batch of {n} samples cannot be split evenly over {w} processes: use drop_last and a batch size divisible by {w}")
+        if n % w:
+            raise ValueError(
+                f"a batch of {n} samples cannot be split evenly over {w} processes: use drop_last and a batch size "
+                f"divisible by {w}"
+            )
         k = n // w
         return _slice(b, slice(r * k, (r + 1) * k), n)
     def before_fit(self):
         if self.world()[0] > 1 and not isinstance(self.learn.model, nn.parallel.DistributedDataParallel):
-            self.learn.model = nn.parallel.DistributedDataParallel(self.learn.model, find_unused_parameters=self.find_unused)
+            self.learn.model = nn.parallel.DistributedDataParallel(
+                self.learn.model, find_unused_parameters=self.find_unused
+            )
     def after_fit(self):
         if isinstance(self.learn.model, nn.parallel.DistributedDataParallel): self.learn.model = self.learn.model.module
     def before_batch(self): self.learn.xb = (self.shard(self.learn.xb[0]),)
@@ -340,7 +377,8 @@ def embed(encoder: Callable[[Tensor], Tensor], x: Tensor, batch_size: int = 256,
         if was: encoder.train()
 
 def linear_probe(train_x, train_y, test_x, test_y, C: float = 1.0, max_iter: int = 2000) -> float:
-    "Accuracy of a logistic regression on standardised features; for a (N, k) 0/1 target, the mean balanced accuracy of k binary probes."
+    """Accuracy of a logistic regression on standardised features; for a (N, k) 0/1 target, the mean balanced accuracy
+    of k binary probes."""
     try:
         from sklearn.linear_model import LogisticRegression
         from sklearn.metrics import balanced_accuracy_score
@@ -349,12 +387,17 @@ def linear_probe(train_x, train_y, test_x, test_y, C: float = 1.0, max_iter: int
     except ImportError as e: raise ImportError("linear_probe needs scikit-learn: pip install 'cvlc[course]'") from e
     arr = lambda a: a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
     Xtr, Xte, ytr, yte = arr(train_x), arr(test_x), arr(train_y), arr(test_y)
-    if len(Xtr) != len(ytr) or len(Xte) != len(yte): raise ValueError(f"features and labels differ in length: {len(Xtr)}/{len(ytr)}, {len(Xte)}/{len(yte)}")
+    if len(Xtr) != len(ytr) or len(Xte) != len(yte):
+        raise ValueError(f"features and labels differ in length: {len(Xtr)}/{len(ytr)}, {len(Xte)}/{len(yte)}")
     if not np.isfinite(Xtr).all() or not np.isfinite(Xte).all(): raise ValueError("features contain NaN or infinity")
     fit = lambda y: make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter)).fit(Xtr, y)
     if ytr.ndim == 1:
         if len(np.unique(ytr)) < 2: raise ValueError("the training labels have a single class")
         return float((fit(ytr).predict(Xte) == yte).mean())
-    scores = [balanced_accuracy_score(yte[:, j], fit(ytr[:, j]).predict(Xte)) for j in range(ytr.shape[1]) if len(np.unique(ytr[:, j])) > 1]
+    scores = [
+        balanced_accuracy_score(yte[:, j], fit(ytr[:, j]).predict(Xte))
+        for j in range(ytr.shape[1])
+        if len(np.unique(ytr[:, j])) > 1
+    ]
     if not scores: raise ValueError("no label column has both classes in training")
     return float(np.mean(scores))

@@ -25,7 +25,8 @@ from matplotlib.patches import Rectangle
 
 # %% ../nbs/08_viz.ipynb #b1766c1e
 def to_hwc(img) -> np.ndarray:
-    "An image as a (H, W, 3) or (H, W) float array in [0, 1], from a (3, H, W) / (H, W, 3) / (H, W) tensor or array, float or uint8."
+    """An image as a (H, W, 3) or (H, W) float array in [0, 1], from a (3, H, W) / (H, W, 3) / (H, W) tensor or array,
+    float or uint8."""
     a = img.detach().cpu().float().numpy() if isinstance(img, Tensor) else np.asarray(img)
     if a.ndim == 3 and a.shape[0] in (1, 3) and a.shape[-1] not in (1, 3): a = a.transpose(1, 2, 0)
     if a.ndim == 3 and a.shape[-1] == 1: a = a[..., 0]
@@ -42,7 +43,9 @@ def _grid_axes(n: int, ncols: int, size: float, extra_h: float = 0.0):
     return fig, axes.flat
 
 # %% ../nbs/08_viz.ipynb #b4377f26
-def image_grid(images, titles: Sequence[str] | None = None, ncols: int = 6, size: float = 2.0, wrap: int = 28) -> Figure:
+def image_grid(
+    images, titles: Sequence[str] | None = None, ncols: int = 6, size: float = 2.0, wrap: int = 28
+) -> Figure:
     "Images in a grid, each with its (wrapped) title."
     import textwrap
     n = len(images)
@@ -61,7 +64,9 @@ def _upsample(w, h: int, w_: int) -> np.ndarray:
     t = torch.as_tensor(np.asarray(w, dtype=np.float32))[None, None]
     return torch.nn.functional.interpolate(t, (h, w_), mode="bilinear", align_corners=False)[0, 0].numpy()
 
-def draw_boxes(ax, boxes, labels: Sequence[str] | None = None, colors: Sequence | str = "white", lw: float = 1.5) -> None:
+def draw_boxes(
+    ax, boxes, labels: Sequence[str] | None = None, colors: Sequence | str = "white", lw: float = 1.5
+) -> None:
     "Boxes (x1, y1, x2, y2 in pixels) on an axis, optionally labelled."
     boxes = np.asarray(boxes.detach().cpu() if isinstance(boxes, Tensor) else boxes, dtype=float).reshape(-1, 4)
     cols = [colors] * len(boxes) if isinstance(colors, str) else list(colors)
@@ -87,7 +92,9 @@ def attention_map(image, weights, boxes=None, box_labels: Sequence[str] | None =
     return fig
 
 # %% ../nbs/08_viz.ipynb #15fd29da
-def rpm_panels(panels, target: int | None = None, pred: int | None = None, size: float = 1.2, title: str | None = None) -> Figure:
+def rpm_panels(
+    panels, target: int | None = None, pred: int | None = None, size: float = 1.2, title: str | None = None
+) -> Figure:
     "A Raven matrix: (16, H, W) panels as a 3 x 3 context (last cell '?') and 8 numbered candidates."
     panels = panels.detach().cpu().numpy() if isinstance(panels, Tensor) else np.asarray(panels)
     if panels.ndim != 3 or len(panels) != 16: raise ValueError(f"panels must be (16, H, W), got shape {panels.shape}")
@@ -116,7 +123,9 @@ def pca_2d(x) -> np.ndarray:
     u, s, _ = np.linalg.svd(a, full_matrices=False)
     return u[:, :2] * s[:2]
 
-def embedding_scatter(features, labels, names: Sequence[str] | None = None, title: str | None = None, size: float = 4.0) -> Figure:
+def embedding_scatter(
+    features, labels, names: Sequence[str] | None = None, title: str | None = None, size: float = 4.0
+) -> Figure:
     "A PCA scatter of features, coloured by integer labels (named by `names`)."
     xy = pca_2d(features)
     lab = np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels)
@@ -137,8 +146,14 @@ def _mean_std(runs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ys = np.stack([np.interp(grid, np.asarray(s, float), np.asarray(v, float)) for s, v in runs])
     return grid, ys.mean(0), ys.std(0)
 
-def training_curves(curves: Mapping[str, Sequence[tuple]], ylabel: str = "loss", xlabel: str = "step", title: str | None = None,
-                    logy: bool = False, ax=None) -> Figure:
+def training_curves(
+    curves: Mapping[str, Sequence[tuple]],
+    ylabel: str = "loss",
+    xlabel: str = "step",
+    title: str | None = None,
+    logy: bool = False,
+    ax=None,
+) -> Figure:
     "Mean +- one standard deviation over seeds of each method's curve: {method: [(steps, values) per seed]}."
     if not curves: raise ValueError("no curve to draw")
     fig, ax = (plt.subplots(figsize=(6, 3.6)) if ax is None else (ax.figure, ax))
@@ -155,12 +170,15 @@ def training_curves(curves: Mapping[str, Sequence[tuple]], ylabel: str = "loss",
     return fig
 
 # %% ../nbs/08_viz.ipynb #2fdebf52
-def retrieval_grid(queries: Sequence[str], images, ranked, correct, k: int = 5, size: float = 1.5, wrap: int = 30) -> Figure:
+def retrieval_grid(
+    queries: Sequence[str], images, ranked, correct, k: int = 5, size: float = 1.5, wrap: int = 30
+) -> Figure:
     "Rows: queries; columns: their top-k images (indices `ranked[q]`), framed green where `correct[q, image]`."
     import textwrap
     ranked = np.asarray(ranked.cpu() if isinstance(ranked, Tensor) else ranked)
     correct = np.asarray(correct.cpu() if isinstance(correct, Tensor) else correct, bool)
-    if ranked.ndim != 2 or len(ranked) != len(queries): raise ValueError(f"ranked must be ({len(queries)}, >= k) indices, got shape {ranked.shape}")
+    if ranked.ndim != 2 or len(ranked) != len(queries):
+        raise ValueError(f"ranked must be ({len(queries)}, >= k) indices, got shape {ranked.shape}")
     k = min(k, ranked.shape[1])
     fig, axes = plt.subplots(len(queries), k + 1, figsize=((k + 1.8) * size, len(queries) * size), squeeze=False,
                              gridspec_kw={"width_ratios": [1.8] + [1] * k})

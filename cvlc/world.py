@@ -34,7 +34,7 @@ RGB = {"red": (230, 50, 50), "green": (60, 190, 75), "blue": (60, 110, 240), "ye
        "purple": (165, 85, 225), "cyan": (70, 210, 220), "orange": (250, 150, 40), "gray": (165, 165, 165)}
 SIZES = ("small", "medium", "large")
 RADIUS = {"small": 0.065, "medium": 0.097, "large": 0.143}   # equal-area radius, as a fraction of the image side
-OUTLINE = 0.28                                                # an outline's width, as a fraction of the equal-area radius
+OUTLINE = 0.28  # an outline's width, as a fraction of the equal-area radius
 FILLS = ("solid", "outline")
 BACKGROUND = (18, 18, 22)
 ATTRS = ("shape", "color", "size", "fill")
@@ -56,13 +56,15 @@ def _area(poly: np.ndarray) -> float:
 
 UNIT = {s: _unit_polygon(s) for s in SHAPES if s != "circle"}
 _INDEX = {a: {v: i for i, v in enumerate(VALUES[a])} for a in ATTRS}
-CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}  # circumradius per unit equal-area radius
+# circumradius per unit equal-area radius
+CIRCUM = {s: 1.0 if s == "circle" else math.sqrt(math.pi / _area(UNIT[s])) for s in SHAPES}
 
 # %% ../nbs/02_world.ipynb #a40242f2
 @dataclass(slots=True)
 class Obj:
 
-    "One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible pixels."
+    """One object: attributes, centre (x, y in [0, 1], y down), nuisance rotation (degrees), pixel box and visible
+    pixels."""
     shape: str
     color: str
     size: str
@@ -77,7 +79,12 @@ class Obj:
     def radius(self) -> float: return RADIUS[self.size] * CIRCUM[self.shape]   # enclosing circle, image units
 
     def attrs(self) -> tuple[int, int, int, int]:
-        return (_INDEX["shape"][self.shape], _INDEX["color"][self.color], _INDEX["size"][self.size], _INDEX["fill"][self.fill])
+        return (
+            _INDEX["shape"][self.shape],
+            _INDEX["color"][self.color],
+            _INDEX["size"][self.size],
+            _INDEX["fill"][self.fill],
+        )
 
 @dataclass
 class Scene:
@@ -86,7 +93,8 @@ class Scene:
     objects: list[Obj]
     size: int = 64
 
-    def to_dict(self) -> dict: return {"image_id": self.image_id, "size": self.size, "objects": [asdict(o) for o in self.objects]}
+    def to_dict(self) -> dict:
+        return {"image_id": self.image_id, "size": self.size, "objects": [asdict(o) for o in self.objects]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Scene":
@@ -110,20 +118,29 @@ class WorldConfig:
 
     def __post_init__(self):
         self.size = check_int("size", self.size, 16, 512)
-        self.min_objects, self.max_objects = check_int("min_objects", self.min_objects), check_int("max_objects", self.max_objects)
+        self.min_objects, self.max_objects = (
+            check_int("min_objects", self.min_objects),
+            check_int("max_objects", self.max_objects),
+        )
         if not (1 <= self.min_objects <= self.max_objects <= 10):
-            raise ValueError(f"need 1 <= min_objects <= max_objects <= 10, got {self.min_objects} and {self.max_objects}")
-        if not (0 <= self.overlap_tolerance < 0.5): raise ValueError(f"overlap_tolerance must be in [0, 0.5), got {self.overlap_tolerance}")
+            raise ValueError(
+                f"need 1 <= min_objects <= max_objects <= 10, got {self.min_objects} and {self.max_objects}"
+            )
+        if not (0 <= self.overlap_tolerance < 0.5):
+            raise ValueError(f"overlap_tolerance must be in [0, 0.5), got {self.overlap_tolerance}")
         if self.split not in ("train", "test"): raise ValueError(f"split must be 'train' or 'test', got {self.split!r}")
         for pair in self.holdout:
             if len(pair) != 2 or pair[0] not in SHAPES or pair[1] not in COLORS:
                 raise ValueError(f"holdout pairs are (shape, color) from {SHAPES} x {COLORS}, got {pair!r}")
         self.holdout = tuple(tuple(p) for p in self.holdout)
         for s in SHAPES:
-            if all((s, c) in self.holdout for c in COLORS): raise ValueError(f"holdout removes every colour of {s!r}; keep at least one")
+            if all((s, c) in self.holdout for c in COLORS):
+                raise ValueError(f"holdout removes every colour of {s!r}; keep at least one")
         if self.split == "test" and not self.holdout: raise ValueError("split='test' needs holdout pairs")
-        if not (0 <= self.annotator_disagreement <= 0.6): raise ValueError(f"annotator_disagreement must be in [0, 0.6], got {self.annotator_disagreement}")
-        if self.rephrasings not in (1, 2, 3): raise ValueError(f"rephrasings must be 1, 2 or 3 (held-out wordings per family), got {self.rephrasings}")
+        if not (0 <= self.annotator_disagreement <= 0.6):
+            raise ValueError(f"annotator_disagreement must be in [0, 0.6], got {self.annotator_disagreement}")
+        if self.rephrasings not in (1, 2, 3):
+            raise ValueError(f"rephrasings must be 1, 2 or 3 (held-out wordings per family), got {self.rephrasings}")
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
@@ -163,7 +180,8 @@ def _layout(U: np.ndarray, cfg: WorldConfig):
         for c0 in range(0, _CANDIDATES, 8):
             if not len(left): break
             kk, rr = k[left], rk[left]
-            c = (rr + 0.01)[:, None, None] + cand[left, step, c0:c0 + 8] * (1 - 2 * (rr + 0.01))[:, None, None]   # (L, 8, 2)
+            # (L, 8, 2)
+            c = (rr + 0.01)[:, None, None] + cand[left, step, c0:c0 + 8] * (1 - 2 * (rr + 0.01))[:, None, None]
             dx = c[:, :, None, 0] - xy[left, None, :, 0]; dy = c[:, :, None, 1] - xy[left, None, :, 1]
             need = (r[left, None, :] + rr[:, None, None]) * (1 - cfg.overlap_tolerance)
             free = ((dx * dx + dy * dy >= need * need) | ~placed[left, None, :]).all(-1)                      # (L, 8)
@@ -179,7 +197,8 @@ def _layout(U: np.ndarray, cfg: WorldConfig):
 
 @dataclass
 class SceneArrays:
-    "A batch of scenes as arrays: attributes (B, O, 4) int, centres (B, O, 2) in [0, 1], rotations (B, O) degrees, valid (B, O)."
+    """A batch of scenes as arrays: attributes (B, O, 4) int, centres (B, O, 2) in [0, 1], rotations (B, O) degrees,
+    valid (B, O)."""
     attrs: np.ndarray
     xy: np.ndarray
     rotation: np.ndarray
@@ -188,8 +207,12 @@ class SceneArrays:
 def sample_scene_arrays(rngs: Sequence[np.random.Generator], cfg: WorldConfig, attempts: int = 1000) -> SceneArrays:
     "One scene per random stream, laid out together (vectorised rejection sampling)."
     K, B = _n_uniforms(cfg), len(rngs)
-    out = [np.zeros((B, cfg.max_objects, 4), np.int64), np.zeros((B, cfg.max_objects, 2)), np.zeros((B, cfg.max_objects)),
-           np.zeros((B, cfg.max_objects), bool)]
+    out = [
+        np.zeros((B, cfg.max_objects, 4), np.int64),
+        np.zeros((B, cfg.max_objects, 2)),
+        np.zeros((B, cfg.max_objects)),
+        np.zeros((B, cfg.max_objects), bool),
+    ]
     todo = np.arange(B)
     for _ in range(attempts):
         if not len(todo): return SceneArrays(*out)
@@ -197,7 +220,10 @@ def sample_scene_arrays(rngs: Sequence[np.random.Generator], cfg: WorldConfig, a
         good = res[-1]
         for o, x in zip(out, res[:4]): o[todo[good]] = x[good]
         todo = todo[~good]
-    raise RuntimeError(f"could not place {cfg.max_objects} objects in {attempts} attempts; lower max_objects or raise overlap_tolerance")
+    raise RuntimeError(
+        f"could not place {cfg.max_objects} objects in {attempts} attempts; lower max_objects or raise "
+        "overlap_tolerance"
+    )
 
 def _scenes(arr: SceneArrays, ids: Sequence[int], size: int) -> list[Scene]:
     "Scene objects from arrays (drawing order kept)."
@@ -205,7 +231,13 @@ def _scenes(arr: SceneArrays, ids: Sequence[int], size: int) -> list[Scene]:
     for b, i in enumerate(ids):
         n = int(arr.valid[b].sum())
         a, xy, rot = arr.attrs[b, :n].tolist(), arr.xy[b, :n].tolist(), arr.rotation[b, :n].tolist()
-        out.append(Scene(int(i), [Obj(SHAPES[s], COLORS[c], SIZES[z], FILLS[f], x, y, t) for (s, c, z, f), (x, y), t in zip(a, xy, rot)], size))
+        out.append(
+            Scene(
+                int(i),
+                [Obj(SHAPES[s], COLORS[c], SIZES[z], FILLS[f], x, y, t) for (s, c, z, f), (x, y), t in zip(a, xy, rot)],
+                size,
+            )
+        )
     return out
 
 def sample_scene(rng: np.random.Generator, image_id: int, cfg: WorldConfig) -> Scene:
@@ -221,7 +253,8 @@ def _planes(shape: str) -> np.ndarray:
     n *= np.sign((n * v).sum(1, keepdims=True))                       # outward: the centre is inside every edge
     rows = np.concatenate([n, (n * v).sum(1, keepdims=True)], 1)
     if shape != "star": return rows
-    tip_edges = rows[np.stack([np.arange(-1, 9, 2) % 10, np.arange(0, 10, 2)], 1).ravel()]   # edges into and out of tip 2i
+    # edges into and out of tip 2i
+    tip_edges = rows[np.stack([np.arange(-1, 9, 2) % 10, np.arange(0, 10, 2)], 1).ravel()]
     return np.concatenate([tip_edges, np.concatenate([v[0::2], np.zeros((5, 1))], 1)])
 
 _PLANES = {s: _planes(s) for s in SHAPES if s != "circle"}
@@ -247,9 +280,11 @@ def _sdf(shape: str, g: np.ndarray, dx: np.ndarray, dy: np.ndarray, th: np.ndarr
     return d.reshape(m, W, W)
 
 def _coverage(d: np.ndarray, outline: np.ndarray, width: np.ndarray) -> np.ndarray:
-    "Anti-aliased coverage (m, W, W) of shapes with signed distances d; outlined ones (bool (m,)) keep a rim of `width` (m,) pixels."
+    """Anti-aliased coverage (m, W, W) of shapes with signed distances d; outlined ones (bool (m,)) keep a rim of
+    `width` (m,) pixels."""
     c = np.clip(0.5 - d, 0, 1)
-    if outline.any(): c[outline] -= np.clip(0.5 - d[outline] - width[outline, None, None], 0, 1)   # minus the shape eroded by the width
+    # minus the shape eroded by the width
+    if outline.any(): c[outline] -= np.clip(0.5 - d[outline] - width[outline, None, None], 0, 1)
     return c
 
 # %% ../nbs/02_world.ipynb #w2s00007
@@ -272,8 +307,11 @@ def _bboxes(arr: SceneArrays, S: int) -> np.ndarray:
     box = np.concatenate([np.maximum(0, np.floor(lo * S)), np.minimum(S, np.ceil(hi * S))], -1).astype(np.int64)
     return np.where(arr.valid[..., None], box, 0)
 
-def _claimed(windows: list, meet: np.ndarray, flat: np.ndarray, visible: np.ndarray, b_idx: np.ndarray, k_idx: np.ndarray):
-    "Correct the visible counts of objects whose enclosing circle meets a later object's: pixels both own go to the later one."
+def _claimed(
+    windows: list, meet: np.ndarray, flat: np.ndarray, visible: np.ndarray, b_idx: np.ndarray, k_idx: np.ndarray
+):
+    """Correct the visible counts of objects whose enclosing circle meets a later object's: pixels both own go to the
+    later one."""
     under = collections.defaultdict(list)
     for b, k, j in zip(*np.nonzero(meet)): under[flat[b, k]].append(flat[b, j])
     for i, later in under.items():
@@ -291,7 +329,8 @@ def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndar
     B, O = arr.valid.shape
     S, P = size, 3                                                   # P: a margin for the anti-aliased rims
     Sp = S + 2 * P
-    canvas = np.empty((B, 3, Sp, Sp), np.float32); canvas[:] = np.array(BACKGROUND, np.float32)[:, None, None] + 0.5   # +0.5: truncation rounds
+    # +0.5: truncation rounds
+    canvas = np.empty((B, 3, Sp, Sp), np.float32); canvas[:] = np.array(BACKGROUND, np.float32)[:, None, None] + 0.5
     b_idx, k_idx = np.nonzero(arr.valid)
     a = arr.attrs[b_idx, k_idx]
     cx, cy = arr.xy[b_idx, k_idx, 0] * S, arr.xy[b_idx, k_idx, 1] * S
@@ -299,24 +338,40 @@ def render_arrays(arr: SceneArrays, size: int = 64) -> tuple[np.ndarray, np.ndar
     R = _CIRC[arr.attrs[..., 0]] * _RAD[arr.attrs[..., 2]]            # enclosing circles, image units
     width = (OUTLINE * _RAD[a[:, 2]] * S).astype(np.float32)
     rgb = np.array([RGB[c] for c in COLORS], np.float32)[a[:, 1], :, None, None] + 0.5
-    windows, visible = [None] * len(b_idx), np.zeros((B, O), np.int64)   # per object: (y0, x0, 1 - coverage, paint, owned)
+    # per object: (y0, x0, 1 - coverage, paint, owned)
+    windows, visible = [None] * len(b_idx), np.zeros((B, O), np.int64)
     for s, shape in enumerate(SHAPES):                                 # one (shape, size) group at a time
         for z in range(len(SIZES)):
             sel = np.nonzero((a[:, 0] == s) & (a[:, 2] == z))[0]
             if not len(sel): continue
             h = int(math.ceil(CIRCUM[shape] * RADIUS[SIZES[z]] * S + 1))
             ox, oy = np.floor(cx[sel]), np.floor(cy[sel])
-            d = _sdf(shape, np.arange(-h, h + 1, dtype=np.float32) + 0.5, ox - cx[sel], oy - cy[sel], th[sel], R[b_idx[sel], k_idx[sel]] * S)
+            d = _sdf(
+                shape,
+                np.arange(-h, h + 1, dtype=np.float32) + 0.5,
+                ox - cx[sel],
+                oy - cy[sel],
+                th[sel],
+                R[b_idx[sel], k_idx[sel]] * S,
+            )
             cov = _coverage(d, a[sel, 3] == 1, width[sel])
             own = cov > 0.5
             visible[b_idx[sel], k_idx[sel]] = np.count_nonzero(own, axis=(1, 2))
-            for j, y0, x0, keep, paint, ow in zip(sel.tolist(), (oy - h + P).astype(int).tolist(), (ox - h + P).astype(int).tolist(),
-                                                  1 - cov, rgb[sel] * cov[:, None], own):   # premultiplied colour, (3, W, W)
+            for j, y0, x0, keep, paint, ow in zip(
+                sel.tolist(),
+                (oy - h + P).astype(int).tolist(),
+                (ox - h + P).astype(int).tolist(),
+                # premultiplied colour, (3, W, W)
+                1 - cov,
+                rgb[sel] * cov[:, None],
+                own,
+            ):
                 windows[j] = (y0, x0, keep, paint, ow)
     for b, (y0, x0, keep, paint, _) in zip(b_idx.tolist(), windows):   # "over", in drawing order
         px = canvas[b, :, y0:y0 + len(keep), x0:x0 + len(keep)]
         px *= keep; px += paint
-    dist = np.linalg.norm(arr.xy[:, :, None] - arr.xy[:, None], axis=-1)   # owned pixels of two objects can only meet where their circles do
+    # owned pixels of two objects can only meet where their circles do
+    dist = np.linalg.norm(arr.xy[:, :, None] - arr.xy[:, None], axis=-1)
     meet = np.triu(dist < R[:, :, None] + R[:, None], 1) & arr.valid[:, :, None] & arr.valid[:, None]
     flat = np.full((B, O), -1); flat[b_idx, k_idx] = np.arange(len(b_idx))
     _claimed(windows, meet, flat, visible, b_idx, k_idx)
@@ -426,7 +481,8 @@ class Desc:
         "Every object fitting `other` fits self."
         return all(getattr(self, a) is None or getattr(self, a) == getattr(other, a) for a in ATTRS)
 
-    def fits(self, o: Obj) -> bool: return all(getattr(self, a) is None or getattr(self, a) == getattr(o, a) for a in ATTRS)
+    def fits(self, o: Obj) -> bool:
+        return all(getattr(self, a) is None or getattr(self, a) == getattr(o, a) for a in ATTRS)
 
 _DESC_OF = {c: Desc(*(None if v < 0 else VALUES[a][v] for a, v in zip(ATTRS, c)))
             for c in itertools.product(*(range(-1, len(VALUES[a])) for a in ATTRS))}
@@ -444,7 +500,13 @@ class LF(NamedTuple):
     n: int | None = None
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "d1": self.d1.as_dict(), "pred": self.pred, "d2": None if self.d2 is None else self.d2.as_dict(), "n": self.n}
+        return {
+            "kind": self.kind,
+            "d1": self.d1.as_dict(),
+            "pred": self.pred,
+            "d2": None if self.d2 is None else self.d2.as_dict(),
+            "n": self.n,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "LF":
@@ -496,7 +558,8 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
             t_any = np.zeros((len(scenes), len(rel)), bool); a_any = np.zeros_like(t_any)
             for p in np.unique(preds):
                 sel = np.nonzero(preds == p)[0]
-                Rt = torch.from_numpy((R[:, p] == 1).astype(np.float32)); Ra = torch.from_numpy((R[:, p] == -1).astype(np.float32))
+                Rt = torch.from_numpy((R[:, p] == 1).astype(np.float32))
+                Ra = torch.from_numpy((R[:, p] == -1).astype(np.float32))
                 a, b = m1r[:, sel], m2r[:, sel]                                          # (N, c, O)
                 t_any[:, sel] = ((a @ Rt) * b).sum(-1).numpy() > 0
                 a_any[:, sel] = ((a @ Ra) * b).sum(-1).numpy() > 0
@@ -507,9 +570,12 @@ def truth_matrix(scenes: Sequence[Scene], captions: Sequence[LF], chunk: int = 2
 # %% ../nbs/02_world.ipynb #0fdd6114
 _PRED_INDEX = {p: i for i, p in enumerate(PREDICATES)}
 _BITS = [tuple(k for k in range(10) if m >> k & 1) for m in range(1 << 10)]     # mask -> object indices
-_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]   # attribute index subsets, shortest first
-_SUBSET_STEPS = [(_ATTR_SUBSETS.index(s[:-1]), s[-1]) for s in _ATTR_SUBSETS[1:]]    # each subset: a shorter one plus one attribute
-_WITHOUT = {f: [i for i, s in enumerate(_ATTR_SUBSETS) if f not in s] for f in (None, 0, 1, 2, 3)}   # subsets never fixing f
+# attribute index subsets, shortest first
+_ATTR_SUBSETS = [s for r in range(5) for s in itertools.combinations(range(4), r)]
+# each subset: a shorter one plus one attribute
+_SUBSET_STEPS = [(_ATTR_SUBSETS.index(s[:-1]), s[-1]) for s in _ATTR_SUBSETS[1:]]
+# subsets never fixing f
+_WITHOUT = {f: [i for i, s in enumerate(_ATTR_SUBSETS) if f not in s] for f in (None, 0, 1, 2, 3)}
 
 @functools.lru_cache(maxsize=None)
 def _sub_desc(code: tuple[int, ...], i: int) -> "Desc":
@@ -523,7 +589,10 @@ def _subject_masks(R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class SceneTruth:
     "Truth of descriptions, logical forms and programs on one scene, with bit masks (the generator's hot path)."
-    def __init__(self, scene: Scene, R: np.ndarray | None = None, masks: tuple | None = None, codes: list | None = None):
+
+    def __init__(
+        self, scene: Scene, R: np.ndarray | None = None, masks: tuple | None = None, codes: list | None = None
+    ):
         self.scene, self.codes = scene, [o.attrs() for o in scene.objects] if codes is None else codes
         self.n, self.all = len(self.codes), (1 << len(self.codes)) - 1
         self.R = relation_truth(scene) if R is None else R
@@ -537,7 +606,8 @@ class SceneTruth:
         self._subsets: list = [None] * self.n
 
     def subset_masks(self, k: int) -> list[int]:
-        "Per attribute subset (`_ATTR_SUBSETS` order), the objects sharing object k's values on it: the masks of k's descriptions."
+        """Per attribute subset (`_ATTR_SUBSETS` order), the objects sharing object k's values on it: the masks of k's
+        descriptions."""
         s = self._subsets[k]
         if s is None:
             om, s = self.obj_masks[k], [self.all]
@@ -548,7 +618,9 @@ class SceneTruth:
     @functools.cached_property
     def pairs(self) -> list[tuple[int, int, int]]:
         "True (predicate, subject, object) triples of the spatial and size predicates, sorted."
-        return [(p, a, b) for p in range(8) for a in range(self.n) for b in range(self.n) if self.true_in[p][b] >> a & 1]
+        return [
+            (p, a, b) for p in range(8) for a in range(self.n) for b in range(self.n) if self.true_in[p][b] >> a & 1
+        ]
 
     def mask(self, d: Desc) -> int:
         "Objects fitting d, as a bit mask."
@@ -580,21 +652,58 @@ class SceneTruth:
         return -1 if amb else 0
 
 # %% ../nbs/02_world.ipynb #2ac14992
-SYNONYMS = {"circle": ["circle", "disk"], "square": ["square"], "triangle": ["triangle"], "pentagon": ["pentagon"],
-            "hexagon": ["hexagon"], "star": ["star"], "small": ["small", "little"], "medium": ["medium", "medium-sized"],
-            "large": ["large", "big"], "solid": ["solid", "filled"], "outline": ["outlined", "hollow"], "gray": ["gray", "grey"]}
-TEST_SYNONYMS = {"small": ["tiny"], "large": ["huge"], "solid": ["filled-in"], "outline": ["empty"], "circle": ["round shape"]}
-PRED_WORDS = {"left of": ["to the left of", "left of"], "right of": ["to the right of", "right of"], "above": ["above", "over"],
-              "below": ["below", "under"], "near": ["near", "close to"], "far from": ["far from", "far away from"],
-              "larger than": ["larger than", "bigger than"], "smaller than": ["smaller than"],
-              "same color as": ["the same color as"], "same shape as": ["the same shape as"]}
+SYNONYMS = {
+    "circle": ["circle", "disk"],
+    "square": ["square"],
+    "triangle": ["triangle"],
+    "pentagon": ["pentagon"],
+    "hexagon": ["hexagon"],
+    "star": ["star"],
+    "small": ["small", "little"],
+    "medium": ["medium", "medium-sized"],
+    "large": ["large", "big"],
+    "solid": ["solid", "filled"],
+    "outline": ["outlined", "hollow"],
+    "gray": ["gray", "grey"],
+}
+TEST_SYNONYMS = {
+    "small": ["tiny"],
+    "large": ["huge"],
+    "solid": ["filled-in"],
+    "outline": ["empty"],
+    "circle": ["round shape"],
+}
+PRED_WORDS = {
+    "left of": ["to the left of", "left of"],
+    "right of": ["to the right of", "right of"],
+    "above": ["above", "over"],
+    "below": ["below", "under"],
+    "near": ["near", "close to"],
+    "far from": ["far from", "far away from"],
+    "larger than": ["larger than", "bigger than"],
+    "smaller than": ["smaller than"],
+    "same color as": ["the same color as"],
+    "same shape as": ["the same shape as"],
+}
 NUMBER_WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 CAPTION_TEMPLATES = {
-    "exist": ["there is {np1}", "{NP1} is in the picture", "the image shows {np1}", "i can see {np1}", "{NP1} is visible"],
-    "count": ["there are {n} {np1s}", "the picture contains {n} {np1s}", "i count {n} {np1s}", "exactly {n} {np1s} are shown"],
+    "exist": [
+        "there is {np1}",
+        "{NP1} is in the picture",
+        "the image shows {np1}",
+        "i can see {np1}",
+        "{NP1} is visible",
+    ],
+    "count": [
+        "there are {n} {np1s}",
+        "the picture contains {n} {np1s}",
+        "i count {n} {np1s}",
+        "exactly {n} {np1s} are shown",
+    ],
     "rel": ["{NP1} is {p} {np2}", "there is {np1} {p} {np2}", "the image shows {np1} {p} {np2}", "{np1} {p} {np2}"],
 }
 
+# %% ../nbs/02_world.ipynb #w2wd0002
 def _pick(seq: Sequence, rng) -> Any:
     "A uniform element; `rng` is anything with `.random()` (a `random.Random` or a numpy Generator)."
     return seq[int(rng.random() * len(seq))]
@@ -611,7 +720,8 @@ def _word_options(d: Desc, test: bool) -> tuple[tuple[tuple[str, ...], ...], ...
 _PHRASES: dict = {}
 
 def _phrases(d: Desc, plural: bool = False, test: bool = False) -> tuple[str, ...]:
-    "Every wording of a description: adjectives then noun, each slot's synonyms combined (a uniform pick is a uniform draw per slot)."
+    """Every wording of a description: adjectives then noun, each slot's synonyms combined (a uniform pick is a uniform
+    draw per slot)."""
     key = (d.code, plural, test)                                    # memoised by code: cheaper to hash than the Desc
     out = _PHRASES.get(key)
     if out is None:
@@ -630,7 +740,8 @@ def desc_words(d: Desc, rng, plural: bool = False, test: bool = False) -> list[s
 def _a(phrase: str) -> str: return ("an " if phrase[0] in "aeiou" else "a ") + phrase
 
 class Text(NamedTuple):
-    "A rendered sentence and, per noun phrase, its (start, end) token span (tokens split on spaces) and role ('d1', 'd2')."
+    """A rendered sentence and, per noun phrase, its (start, end) token span (tokens split on spaces) and role ('d1',
+    'd2')."""
     text: str
     spans: list[tuple[int, int, str]]
 
@@ -680,9 +791,12 @@ _ANY = (-1, -1, -1, -1)                  # the code of "a thing"
 
 @functools.lru_cache(maxsize=None)
 def _subset_cdf(min_attrs: int, free: int | None) -> list[float]:
-    "Cumulative weights of the attribute subsets: each attribute kept independently (`_KEEP`), given at least min_attrs and never `free`."
-    w = [math.prod(p if a in s else 1 - p for a, p in enumerate(_KEEP)) if len(s) >= min_attrs and free not in s else 0.0
-         for s in _ATTR_SUBSETS]
+    """Cumulative weights of the attribute subsets: each attribute kept independently (`_KEEP`), given at least
+    min_attrs and never `free`."""
+    w = [
+        math.prod(p if a in s else 1 - p for a, p in enumerate(_KEEP)) if len(s) >= min_attrs and free not in s else 0.0
+        for s in _ATTR_SUBSETS
+    ]
     return list(itertools.accumulate(w))
 
 def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | None = None) -> Desc:
@@ -692,10 +806,12 @@ def random_desc(o: Obj | Sequence[int], rng, min_attrs: int = 0, free: int | Non
     cdf = _subset_cdf(min_attrs, free)
     return _sub_desc(code, bisect.bisect_right(cdf, rng.random() * cdf[-1]))
 
-_BY_LENGTH = {f: [[i for i in idx if len(_ATTR_SUBSETS[i]) == r] for r in range(1, 5)] for f, idx in _WITHOUT.items()}   # shortest first
+# shortest first
+_BY_LENGTH = {f: [[i for i in idx if len(_ATTR_SUBSETS[i]) == r] for r in range(1, 5)] for f, idx in _WITHOUT.items()}
 
 def unique_desc(truth: SceneTruth, k: int, rng, free: int | None = None) -> Desc | None:
-    "A shortest description that fits object k and no other object (uniform among the shortest), never fixing `free`; None if none exists."
+    """A shortest description that fits object k and no other object (uniform among the shortest), never fixing `free`;
+    None if none exists."""
     masks, one = truth.subset_masks(k), 1 << k
     for idx in _BY_LENGTH[free]:
         ok = [i for i in idx if masks[i] == one]
@@ -715,7 +831,7 @@ def true_captions(truth: SceneTruth, rng, n: int) -> list[LF]:
             d = random_desc(_pick(codes, rng), rng)
             lf = LF("count", d, n=truth.mask(d).bit_count())
         else: lf = LF("exist", random_desc(_pick(codes, rng), rng))
-        if lf in seen: continue                                         # true by construction (labels are tested against the truth matrix)
+        if lf in seen: continue  # true by construction (labels are tested against the truth matrix)
         seen.add(lf); out.append(lf)
     return out
 
@@ -751,32 +867,86 @@ def hard_negatives(truth: SceneTruth, lf: LF, rng, k: int = 1, tries: int = 12) 
 
 # %% ../nbs/02_world.ipynb #04092f31
 QUESTION_TEMPLATES = {
-    "exist": ["is there {np1}?", "are there any {np1s}?", "does the image contain {np1}?", "can you see {np1}?",
-              "is {np1} in the picture?", "does {np1} appear in the image?", "is any {np1x} present?", "do you see {np1} anywhere?"],
-    "count": ["how many {np1s} are there?", "what number of {np1s} are there?", "how many {np1s} are in the image?",
-              "count the {np1s}.", "how many {np1s} can you see?", "what is the number of {np1s}?", "how many {np1s} does the picture show?",
-              "give the number of {np1s}."],
-    "query": ["what is the {attr} of the {np1x}?", "what {attr} is the {np1x}?", "which {attr} does the {np1x} have?",
-              "tell me the {attr} of the {np1x}.", "the {np1x} has what {attr}?", "what {attr} does the {np1x} have?",
-              "name the {attr} of the {np1x}.", "which {attr} is the {np1x}?"],
-    "exist_rel": ["is there {np1} {p} the {np2x}?", "are there any {np1s} {p} the {np2x}?", "is anything {p} the {np2x} {np1a}?",
-                  "does the image show {np1} {p} the {np2x}?", "can you see {np1} {p} the {np2x}?", "is {np1} located {p} the {np2x}?",
-                  "do you see {np1} {p} the {np2x}?", "does {np1} appear {p} the {np2x}?"],
-    "count_rel": ["how many {np1s} are {p} the {np2x}?", "what number of {np1s} are {p} the {np2x}?", "how many {np1s} can you see {p} the {np2x}?",
-                  "count the {np1s} {p} the {np2x}.", "how many {np1s} are there {p} the {np2x}?", "what is the number of {np1s} {p} the {np2x}?",
-                  "how many {np1s} lie {p} the {np2x}?", "give the number of {np1s} {p} the {np2x}."],
-    "query_rel": ["what is the {attr} of the {np1x} {p} the {np2x}?", "what {attr} is the {np1x} {p} the {np2x}?",
-                  "which {attr} does the {np1x} {p} the {np2x} have?", "tell me the {attr} of the {np1x} {p} the {np2x}.",
-                  "the {np1x} {p} the {np2x} has what {attr}?", "what {attr} does the {np1x} {p} the {np2x} have?",
-                  "name the {attr} of the {np1x} {p} the {np2x}.", "which {attr} is the {np1x} {p} the {np2x}?"],
-    "compare_count": ["are there more {np1s} than {np2s}?", "is the number of {np1s} greater than the number of {np2s}?",
-                      "do {np1s} outnumber {np2s}?", "are {np1s} more numerous than {np2s}?", "are there more {np1s} than there are {np2s}?",
-                      "is the count of {np1s} larger than that of {np2s}?", "do the {np1s} outnumber the {np2s}?",
-                      "are there a greater number of {np1s} than {np2s}?"],
-    "same_attr": ["is the {np1x} the same {attr} as the {np2x}?", "does the {np1x} have the same {attr} as the {np2x}?",
-                  "do the {np1x} and the {np2x} have the same {attr}?", "is the {attr} of the {np1x} equal to that of the {np2x}?",
-                  "are the {np1x} and the {np2x} the same {attr}?", "does the {np1x} share its {attr} with the {np2x}?",
-                  "is the {np1x} of the same {attr} as the {np2x}?", "do the {np1x} and the {np2x} match in {attr}?"],
+    "exist": [
+        "is there {np1}?",
+        "are there any {np1s}?",
+        "does the image contain {np1}?",
+        "can you see {np1}?",
+        "is {np1} in the picture?",
+        "does {np1} appear in the image?",
+        "is any {np1x} present?",
+        "do you see {np1} anywhere?",
+    ],
+    "count": [
+        "how many {np1s} are there?",
+        "what number of {np1s} are there?",
+        "how many {np1s} are in the image?",
+        "count the {np1s}.",
+        "how many {np1s} can you see?",
+        "what is the number of {np1s}?",
+        "how many {np1s} does the picture show?",
+        "give the number of {np1s}.",
+    ],
+    "query": [
+        "what is the {attr} of the {np1x}?",
+        "what {attr} is the {np1x}?",
+        "which {attr} does the {np1x} have?",
+        "tell me the {attr} of the {np1x}.",
+        "the {np1x} has what {attr}?",
+        "what {attr} does the {np1x} have?",
+        "name the {attr} of the {np1x}.",
+        "which {attr} is the {np1x}?",
+    ],
+    "exist_rel": [
+        "is there {np1} {p} the {np2x}?",
+        "are there any {np1s} {p} the {np2x}?",
+        "is anything {p} the {np2x} {np1a}?",
+        "does the image show {np1} {p} the {np2x}?",
+        "can you see {np1} {p} the {np2x}?",
+        "is {np1} located {p} the {np2x}?",
+        "do you see {np1} {p} the {np2x}?",
+        "does {np1} appear {p} the {np2x}?",
+    ],
+    "count_rel": [
+        "how many {np1s} are {p} the {np2x}?",
+        "what number of {np1s} are {p} the {np2x}?",
+        "how many {np1s} can you see {p} the {np2x}?",
+        "count the {np1s} {p} the {np2x}.",
+        "how many {np1s} are there {p} the {np2x}?",
+        "what is the number of {np1s} {p} the {np2x}?",
+        "how many {np1s} lie {p} the {np2x}?",
+        "give the number of {np1s} {p} the {np2x}.",
+    ],
+    "query_rel": [
+        "what is the {attr} of the {np1x} {p} the {np2x}?",
+        "what {attr} is the {np1x} {p} the {np2x}?",
+        "which {attr} does the {np1x} {p} the {np2x} have?",
+        "tell me the {attr} of the {np1x} {p} the {np2x}.",
+        "the {np1x} {p} the {np2x} has what {attr}?",
+        "what {attr} does the {np1x} {p} the {np2x} have?",
+        "name the {attr} of the {np1x} {p} the {np2x}.",
+        "which {attr} is the {np1x} {p} the {np2x}?",
+    ],
+    "compare_count": [
+        "are there more {np1s} than {np2s}?",
+        "is the number of {np1s} greater than the number of {np2s}?",
+        "do {np1s} outnumber {np2s}?",
+        "are {np1s} more numerous than {np2s}?",
+        "are there more {np1s} than there are {np2s}?",
+        "is the count of {np1s} larger than that of {np2s}?",
+        "do the {np1s} outnumber the {np2s}?",
+        "are there a greater number of {np1s} than {np2s}?",
+    ],
+    "same_attr": [
+        "is the {np1x} the same {attr} as the {np2x}?",
+        "does the {np1x} have the same {attr} as the {np2x}?",
+        "do the {np1x} and the {np2x} have the same {attr}?",
+        "is the {attr} of the {np1x} equal to that of the {np2x}?",
+        "are the {np1x} and the {np2x} the same {attr}?",
+        "does the {np1x} share its {attr} with the {np2x}?",
+        "is the {np1x} of the same {attr} as the {np2x}?",
+        "do the {np1x} and the {np2x} match in {attr}?",
+    ],
 }
 FAMILIES = tuple(QUESTION_TEMPLATES)
 TRAIN_TEMPLATES = 5           # wordings 0-4 train; 5-7 held out for evaluation
@@ -799,7 +969,8 @@ class Question:
     split: str = "train"       # train wording or held-out evaluation wording
 
 class Program(NamedTuple):
-    "A question program: family, descriptions (d2 for the second phrase), predicate and queried attribute (names or None)."
+    """A question program: family, descriptions (d2 for the second phrase), predicate and queried attribute (names or
+    None)."""
     family: str
     d1: Desc
     d2: Desc | None = None
@@ -878,7 +1049,9 @@ def _answer_space(p: Program) -> list[str]:
     if p.family in ("count", "count_rel"): return _COUNTS
     return _ATTR_ANSWERS[p.attr]
 
-def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, unique: bool) -> list[tuple[int, int]]:
+def _subject_descs(
+    truth: SceneTruth, a: int, pred: str, ref: int, free: int | None, unique: bool
+) -> list[tuple[int, int]]:
     """Descriptions of object a (attribute subsets never fixing `free`) whose relational filter is unambiguous and not
     degenerate: with `unique`, the relation alone picks out a (the description fits more); else the relation filters
     some candidates out. (subset index, related mask) each."""
@@ -893,19 +1066,22 @@ def _subject_descs(truth: SceneTruth, a: int, pred: str, ref: int, free: int | N
     return out
 
 def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], bool] | None = None) -> Program | None:
-    "A random well-posed, non-degenerate program of `family` for the scene, or None; `allow(answer)` narrows the answers proposed."
+    """A random well-posed, non-degenerate program of `family` for the scene, or None; `allow(answer)` narrows the
+    answers proposed."""
     allow = allow or (lambda ans: True)
     n, codes = truth.n, truth.codes
     if family == "exist":                                          # half the time a description of a present object
         code = _pick(codes, rng) if rng.random() < 0.5 else tuple(int(rng.random() * k) for k in _N_VALUES)
         prog = Program(family, random_desc(code, rng, 1))
-    elif family == "count":                                        # the count drawn uniformly among those the scene offers
+    elif family == "count":  # the count drawn uniformly among those the scene offers
         i = 1 + int(rng.random() * (len(_ATTR_SUBSETS) - 1))       # the attributes the description fixes
-        size = [truth.subset_masks(k)[i].bit_count() for k in range(n)]   # per object, the objects sharing its values there
+        # per object, the objects sharing its values there
+        size = [truth.subset_masks(k)[i].bit_count() for k in range(n)]
         counts = [c for c in sorted(set(size)) + [0] if allow(_COUNTS[c])]
         if not counts: return None
         c = _pick(counts, rng)
-        if c: d = _sub_desc(codes[_pick([k for k in range(n) if size[k] == c], rng)], i)   # uniform among the value groups of that size
+        # uniform among the value groups of that size
+        if c: d = _sub_desc(codes[_pick([k for k in range(n) if size[k] == c], rng)], i)
         else:
             d = _sub_desc(tuple(int(rng.random() * k) for k in _N_VALUES), i)
             if truth.mask(d): return None
@@ -917,13 +1093,15 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
         if family == "query": prog = Program(family, d, attr=ATTRS[attr])
         else:
             same = [j for j in range(n) if j != k and codes[j][attr] == codes[k][attr]]
-            other = same if same and rng.random() < 0.5 else [j for j in range(n) if j != k]   # "yes" half the time it can be
+            # "yes" half the time it can be
+            other = same if same and rng.random() < 0.5 else [j for j in range(n) if j != k]
             d2 = unique_desc(truth, _pick(other, rng), rng, free=attr) if other else None
             if d2 is None: return None
             prog = Program(family, d, d2, attr=ATTRS[attr])
     elif family.endswith("_rel"):
         if not truth.pairs: return None
-        if family != "query_rel" and not any(allow(a) for a in (_YES_NO if family == "exist_rel" else _COUNTS[:n])): return None
+        if family != "query_rel" and not any(allow(a) for a in (_YES_NO if family == "exist_rel" else _COUNTS[:n])):
+            return None
         p, a, j = _pick(truth.pairs, rng)
         d2, pred = unique_desc(truth, j, rng), PREDICATES[p]
         if d2 is None: return None
@@ -932,9 +1110,14 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
             ds = _subject_descs(truth, a, pred, j, attr, True)
             prog = Program(family, _sub_desc(codes[a], _pick(ds, rng)[0]), d2, pred, ATTRS[attr]) if ds else None
         else:                                                      # the answer drawn uniformly among those possible
-            if rng.random() < 0.5: a = _pick([x for x in range(n) if x != j], rng)   # a subject that may not stand in the relation
+            # a subject that may not stand in the relation
+            if rng.random() < 0.5: a = _pick([x for x in range(n) if x != j], rng)
             ds = _subject_descs(truth, a, pred, j, None, False)
-            ds = [("yes" if rel else "no", i) for i, rel in ds] if family == "exist_rel" else [(_COUNTS[rel.bit_count()], i) for i, rel in ds]
+            ds = (
+                [("yes" if rel else "no", i) for i, rel in ds]
+                if family == "exist_rel"
+                else [(_COUNTS[rel.bit_count()], i) for i, rel in ds]
+            )
             answers = sorted(x for x in {x for x, _ in ds} if allow(x))
             if answers:
                 ans = _pick(answers, rng)
@@ -949,14 +1132,16 @@ def sample_program(truth: SceneTruth, family: str, rng, allow: Callable[[str], b
         if c1 != c2 and (c1 > c2) != want_yes: d1, d2 = d2, d1
         prog = Program(family, d1, d2)
     else: raise ValueError(f"unknown question family {family!r}")
-    return prog                                                     # well-posed and non-degenerate by construction (tested)
+    return prog  # well-posed and non-degenerate by construction (tested)
 
 # %% ../nbs/02_world.ipynb #w2s00004
 def _objects(truth: SceneTruth, d1: Desc, d2: Desc | None) -> dict[str, tuple[int, ...]]:
     "The objects each phrase role names."
     return {"d1": _BITS[truth.mask(d1)], "d2": () if d2 is None else _BITS[truth.mask(d2)]}
 
-def _grounding(spans: list[tuple[int, int, str]], objects: dict[str, tuple[int, ...]]) -> list[tuple[int, int, list[int]]]:
+def _grounding(
+    spans: list[tuple[int, int, str]], objects: dict[str, tuple[int, ...]]
+) -> list[tuple[int, int, list[int]]]:
     "Token span of each noun phrase and the objects it names."
     return [(s, e, list(objects[role])) for s, e, role in spans]
 
@@ -965,7 +1150,11 @@ _MAX_DISSENT = 4                 # at most 4 of 10 annotators answer otherwise: 
 @functools.lru_cache(maxsize=None)
 def _dissent_cdf(rate: float) -> tuple[float, ...]:
     "Cumulative chance that k = 0..4 of 10 annotators answer something else: Binomial(10, rate) given k <= 4."
-    w = [math.comb(10, k) * rate ** k * (1 - rate) ** (10 - k) for k in range(_MAX_DISSENT + 1)] if rate < 1 else [0, 0, 0, 0, 1]
+    w = (
+        [math.comb(10, k) * rate**k * (1 - rate) ** (10 - k) for k in range(_MAX_DISSENT + 1)]
+        if rate < 1
+        else [0, 0, 0, 0, 1]
+    )
     return tuple(x / sum(w) for x in itertools.accumulate(w))
 
 def annotator_answers(answer: str, space: list[str], rate: float, rng) -> list[str]:
@@ -1030,9 +1219,13 @@ class World:
         for f in ("images.npz", "annotations.json"):
             if not (folder / f).is_file(): raise FileNotFoundError(f"{folder / f}: missing (not a saved World folder?)")
         a = json.loads((folder / "annotations.json").read_text())
-        known = {k: v for k, v in a["config"].items() if k in WorldConfig.__dataclass_fields__}   # older saves had more knobs
+        # older saves had more knobs
+        known = {k: v for k, v in a["config"].items() if k in WorldConfig.__dataclass_fields__}
         cfg = WorldConfig(**{**known, "holdout": tuple(tuple(p) for p in known.get("holdout", ()))})
-        caps = [Caption(**{**c, "lf": LF.from_dict(c["lf"]), "phrases": [tuple(p) for p in c["phrases"]]}) for c in a["captions"]]
+        caps = [
+            Caption(**{**c, "lf": LF.from_dict(c["lf"]), "phrases": [tuple(p) for p in c["phrases"]]})
+            for c in a["captions"]
+        ]
         qs = [Question(**{**q, "phrases": [tuple(p) for p in q["phrases"]]}) for q in a["questions"]]
         return cls(np.load(folder / "images.npz")["images"], [Scene.from_dict(s) for s in a["scenes"]], caps, qs,
                    [tuple(r) for r in a["relations"]], cfg, a["seed"])
@@ -1046,7 +1239,8 @@ class _Balancer:
         c = self.counts.get(key)
         return c is None or answer not in c or c[answer] <= self.limit[key]
     def accept(self, keys: Sequence[str], answer: str, space: list[str]) -> bool:
-        "Whether to keep a question with this answer: allowed in every one of its groups `keys` (counted in each when kept)."
+        """Whether to keep a question with this answer: allowed in every one of its groups `keys` (counted in each when
+        kept)."""
         for k in keys:
             if k not in self.counts: self.counts[k], self.limit[k] = dict.fromkeys(space, 0), 3
         if not all(self.allows(k, answer) for k in keys): return False
@@ -1057,7 +1251,8 @@ class _Balancer:
         return True
 
 def _specificity(d: Desc | None) -> int:
-    "How rare a description is, in bits: log2 of the values its named attributes rule out (a colour says more than a fill)."
+    """How rare a description is, in bits: log2 of the values its named attributes rule out (a colour says more than a
+    fill)."""
     return 0 if d is None else round(sum(math.log2(len(VALUES[a])) for a, v in zip(ATTRS, d.code) if v >= 0))
 
 def balance_keys(p: Program) -> tuple[str, ...]:
@@ -1070,9 +1265,13 @@ def balance_keys(p: Program) -> tuple[str, ...]:
     return key, sub
 
 # %% ../nbs/02_world.ipynb #w2s00010
-def _caption(cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int, edit: str | None, source: int | None) -> Caption:
+def _caption(
+    cid: int, image_id: int, lf: LF, truth: SceneTruth, rng, label: int, edit: str | None, source: int | None
+) -> Caption:
     text, t = caption_text(lf, rng)
-    return Caption(cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, _objects(truth, lf.d1, lf.d2)))
+    return Caption(
+        cid, image_id, text.text, lf, t, label, edit, source, _grounding(text.spans, _objects(truth, lf.d1, lf.d2))
+    )
 
 def names_held_out(form: "LF | Program", holdout: Sequence[tuple[str, str]]) -> bool:
     "Whether a caption's or question's text names a held-out (shape, colour) pair (either of its descriptions)."
@@ -1093,7 +1292,8 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
     groups, tries, fam, fam_tries = 0, 0, None, 0
     while questions and groups < cfg.questions_per_image and tries < 30 * cfg.questions_per_image:
         tries += 1
-        if fam is None or fam_tries >= 3: fam, fam_tries = _pick(FAMILIES, rng), 0   # stay with a family a few tries: families stay balanced
+        # stay with a family a few tries: families stay balanced
+        if fam is None or fam_tries >= 3: fam, fam_tries = _pick(FAMILIES, rng), 0
         fam_tries += 1
         prog = sample_program(truth, fam, rng, functools.partial(balancer.allows, fam))
         if prog is None or (hide and names_held_out(prog, hide)): continue
@@ -1101,13 +1301,27 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
         if not balancer.accept(balance_keys(prog), ans, space): continue
         gid, groups, fam = ids["question"], groups + 1, None
         held = list(range(TRAIN_TEMPLATES, len(QUESTION_TEMPLATES[prog.family])))
-        wordings = [int(rng.random() * TRAIN_TEMPLATES)] + [held.pop(int(rng.random() * len(held))) for _ in range(cfg.rephrasings)]
+        wordings = [int(rng.random() * TRAIN_TEMPLATES)] + [
+            held.pop(int(rng.random() * len(held))) for _ in range(cfg.rephrasings)
+        ]
         objects, as_dict = _objects(truth, prog.d1, prog.d2), prog.to_dict()
         for w in wordings:
             text = question_text(prog, w, rng)
-            qs.append(Question(ids["question"], sid, prog.family, w, text.text, as_dict, ans, gid,
-                               annotator_answers(ans, space, cfg.annotator_disagreement, rng), _grounding(text.spans, objects),
-                               "train" if w < TRAIN_TEMPLATES else "eval"))
+            qs.append(
+                Question(
+                    ids["question"],
+                    sid,
+                    prog.family,
+                    w,
+                    text.text,
+                    as_dict,
+                    ans,
+                    gid,
+                    annotator_answers(ans, space, cfg.annotator_disagreement, rng),
+                    _grounding(text.spans, objects),
+                    "train" if w < TRAIN_TEMPLATES else "eval",
+                )
+            )
             ids["question"] += 1
     return caps, qs
 
@@ -1119,11 +1333,13 @@ def _triplets(true: tuple[np.ndarray, ...], image_ids: Sequence[int]) -> list[tu
     return list(zip(np.asarray(image_ids)[b].tolist(), a.tolist(), _PRED_NAMES[p].tolist(), o.tolist()))
 
 def relation_triplets(R: np.ndarray, image_ids: Sequence[int]) -> list[tuple[int, int, str, int]]:
-    "Every true (image, subject, predicate, object) triplet of a batch of relation tensors R (B, P, O, O), image by image."
+    """Every true (image, subject, predicate, object) triplet of a batch of relation tensors R (B, P, O, O), image by
+    image."""
     return _triplets(np.nonzero(R == 1), image_ids)
 
 def _annotation_rng(seed: int, image_id: int) -> random.Random:
-    "Image i's annotation stream: Python's Mersenne Twister seeded by (seed, i) (only `.random()` is used: stable across versions)."
+    """Image i's annotation stream: Python's Mersenne Twister seeded by (seed, i) (only `.random()` is used: stable
+    across versions)."""
     return random.Random((seed << 32) | image_id)
 
 def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.ndarray, list[SceneTruth], list]:
@@ -1161,7 +1377,8 @@ def _gc_paused():
 
 def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, progress: bool | None = None,
                batch: int = 256, **kw) -> World:
-    "Generate a world of `n_images` scenes with images and every annotation (same seed, same bytes, whatever the batch)."
+    """Generate a world of `n_images` scenes with images and every annotation (same seed, same bytes, whatever the
+    batch)."""
     n_images, seed = check_int("n_images", n_images, 1), check_int("seed", seed, 0, 2**31 - 1)
     if config is not None and kw: raise ValueError("pass either config or keyword settings, not both")
     cfg = config or WorldConfig(**kw)
@@ -1181,9 +1398,12 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
     return World(images, scenes, caps, qs, rels, cfg, seed)
 
 # %% ../nbs/02_world.ipynb #88cedb46
-def sample_relations(world: World, n: int, mode: str = "uniform", seed: int = 0) -> list[tuple[int, int, str, int, int]]:
+def sample_relations(
+    world: World, n: int, mode: str = "uniform", seed: int = 0
+) -> list[tuple[int, int, str, int, int]]:
     "n (image, subject, predicate, object, label) triplets: mode 'uniform', 'longtail' or 'balanced' (half false)."
-    if mode not in ("uniform", "longtail", "balanced"): raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
+    if mode not in ("uniform", "longtail", "balanced"):
+        raise ValueError(f"mode must be 'uniform', 'longtail' or 'balanced', got {mode!r}")
     rng = np.random.default_rng(seed)
     rels = world.relations
     if not rels: raise ValueError("the world has no true relation")
@@ -1224,9 +1444,11 @@ def word_meanings(test: bool = True) -> dict[str, tuple[str, str | None]]:
     return out
 
 def word_relation(original: str, substitute: str) -> str:
-    "What `substitute` is to `original`: 'same', 'synonym', 'hypernym' (more general), 'hyponym' (more specific), 'other', or 'unrelated' (another attribute)."
+    """What `substitute` is to `original`: 'same', 'synonym', 'hypernym' (more general), 'hyponym' (more specific),
+    'other', or 'unrelated' (another attribute)."""
     mean = word_meanings()
-    if original not in mean or substitute not in mean: raise ValueError(f"not a content word of the world: {original if original not in mean else substitute!r}")
+    if original not in mean or substitute not in mean:
+        raise ValueError(f"not a content word of the world: {original if original not in mean else substitute!r}")
     (a1, v1), (a2, v2) = mean[original], mean[substitute]
     if a1 != a2: return "unrelated"
     if original == substitute: return "same"
@@ -1237,7 +1459,8 @@ def word_relation(original: str, substitute: str) -> str:
 
 # %% ../nbs/02_world.ipynb #0e52a251
 def substitute(caption: Caption, token: int, word: str) -> tuple[str, LF]:
-    "Replace the word at `token` (space-separated) of a caption's noun phrase by `word` of the same attribute: (new text, new logical form)."
+    """Replace the word at `token` (space-separated) of a caption's noun phrase by `word` of the same attribute: (new
+    text, new logical form)."""
     toks = caption.text.split(" ")
     if not 0 <= token < len(toks): raise ValueError(f"token {token} is outside the caption ({len(toks)} words)")
     spans = [(i, s, e) for i, (s, e, _) in enumerate(caption.phrases) if s <= token < e]
@@ -1248,7 +1471,13 @@ def substitute(caption: Caption, token: int, word: str) -> tuple[str, LF]:
     if old not in mean: raise ValueError(f"{old!r} is not a content word (an article or a number?)")
     if word not in mean or mean[word][0] != mean[old][0]:
         raise ValueError(f"{word!r} cannot replace {old!r}: a substitute must be a {mean[old][0]} word")
-    if old.endswith("s") and mean[old][0] == "shape" and old != mean[old][1] and not word.endswith("s") and _plural(word) in mean:
+    if (
+        old.endswith("s")
+        and mean[old][0] == "shape"
+        and old != mean[old][1]
+        and not word.endswith("s")
+        and _plural(word) in mean
+    ):
         word = _plural(word)                                        # keep the number of a plural noun
     toks[token] = word
     if toks[start] in ("a", "an"): toks[start] = "an" if toks[start + 1][0] in "aeiou" else "a"

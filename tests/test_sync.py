@@ -94,6 +94,7 @@ def test_no_cell_mixes_imports_with_other_code(nb_path):
 
 
 MAX_CELL_LINES = 120   # one idea per cell: a longer cell is split at its functions, each part introduced by prose
+MAX_LINE_CHARS = 120   # code a reader can see whole on the docs site and in Colab without scrolling sideways
 
 
 @pytest.mark.parametrize("chapter", chapters(), ids=lambda c: c.name)
@@ -107,3 +108,11 @@ def test_chapter_reads_as_a_lesson(chapter):
     tail = prose[prose.rfind("\n## "):] if "\n## " in prose else prose
     assert "Exercises" in tail, f"{chapter.name}: the last section has no exercises"
     assert re.search(r"^## (Summary|What we learned|What we (tried|found))", prose, re.M), f"{chapter.name}: no summary section"
+
+
+@pytest.mark.parametrize("nb_path", sorted(NBS.rglob("[0-9a-z]*.ipynb")), ids=lambda p: p.name)
+def test_code_lines_fit_the_page(nb_path):
+    "No line of a code cell is longer than MAX_LINE_CHARS characters."
+    nb = json.loads(nb_path.read_text())
+    wide = [line[:60] for s in _code_cells(nb) for line in s.splitlines() if len(line) > MAX_LINE_CHARS]
+    assert not wide, f"{nb_path.name}: {len(wide)} code lines over {MAX_LINE_CHARS} characters, e.g. {wide[:3]}"
