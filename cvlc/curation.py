@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/conclat.html.md"""
 __all__ = ['NEG_TYPES', 'WEIGHTS', 'REGION_DIM', 'SCHEMES', 'LOSSES', 'QASet', 'qa_samples', 'top_k_neighbours',
            'group_neighbours', 'CuratedBatches', 'world_regions', 'load_region_features', 'VQAModel', 'VQATensors',
            'CuratedTensors', 'ce_loss', 'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa', 'predict',
-           'vqa_report']
+           'vqa_scores', 'vqa_report']
 
 # %% ../nbs/12_conclat.ipynb #c12c0005
 from .core import require_extra
@@ -432,11 +432,15 @@ def predict(model: VQAModel, t: VQATensors, batch_size: int = 512) -> Tensor:
     model.eval()
     return torch.cat([model(t(i))["logits"].argmax(1) for i in index_batches(len(t), batch_size, shuffle=False)])
 
+def vqa_scores(model: VQAModel, t: VQATensors) -> np.ndarray:
+    "The official VQA accuracy (`cvlc.metrics.vqa_score`) of the model's answer to every sample of `t`."
+    return np.asarray(vqa_score([t.data.vocab[p] for p in predict(model, t).tolist()], t.data.answers), float)
+
 def vqa_report(model: VQAModel, t: VQATensors, ks: Sequence[int] = (1, 2, 3, 4)) -> dict:
     """VQA accuracy on the original questions and on their rephrasings, and CS(k) (Eq. 10-11) over groups of at least
     max(ks) questions."""
-    sc = np.array([vqa_score(t.data.vocab[p], a) for p, a in zip(predict(model, t).tolist(), t.data.answers)])
-    o = t.data.original
+    sc, o = vqa_scores(model, t), t.data.original
     cs = consensus_score(t.data.groups.tolist(), sc, list(ks), min_group=max(ks))
-    return {"vqa": float(sc[o].mean()), "vqa_rephrasings": float(sc[~o].mean()) if (~o).any() else float("nan"),
+    mean = lambda m: float(sc[m].mean()) if m.any() else float("nan")
+    return {"vqa": mean(o), "vqa_rephrasings": mean(~o),
             **{f"cs{k}": v for k, v in cs.items()}}

@@ -6,15 +6,15 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 
 # %% auto #0
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
-           'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'LAYOUT_RULES', 'TRANSFORMS',
-           'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set', 'distribute_rows', 'fits_grid',
-           'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'sample_puzzle', 'answer_set', 'render_panels',
-           'render_panel', 'render_puzzle', 'meta_target', 'sparse_rules', 'RPMSet', 'make_rpm',
-           'context_blind_accuracy', 'augment', 'shuffle_answers']
+           'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'LAYOUT_RULES', 'PERSISTENT_LAYOUTS',
+           'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set', 'distribute_rows',
+           'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle',
+           'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_target', 'sparse_rules', 'RPMSet',
+           'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
 
 # %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,12 +58,14 @@ def sparse_index(component: int, attribute: str, rule: str) -> int:
 # %% ../nbs/03_rpm.ipynb #0121a34b
 @dataclass(frozen=True)
 class CompState:
-    "One component in one panel: occupied slots (sorted), type, size and colour levels, entity rotations."
+    """One component in one panel: occupied slots (sorted), type, size and colour levels, entity rotations, and per
+    entity (in slot order) its own (type, size, colour) when the entities differ (empty: all alike)."""
     slots: tuple[int, ...]
     type: int
     size: int
     color: int
     angles: tuple[int, ...] = ()
+    entities: tuple[tuple[int, int, int], ...] = ()
 
     def value(self, attr: str):
         return {
@@ -74,7 +76,14 @@ class CompState:
             "Color": self.color,
         }[attr]
 
-    def symbolic(self) -> tuple: return (self.slots, self.type, self.size, self.color)
+    def entity_values(self, attr: str) -> tuple[int, ...]:
+        "Per entity, in slot order, its level of an entity attribute."
+        if self.entities: return tuple(e[ENTITY_ATTRS.index(attr)] for e in self.entities)
+        return (self.value(attr),) * len(self.slots)
+
+    def symbolic(self) -> tuple:
+        "What the panel shows of this component (rotations aside)."
+        return (self.slots, self.entities) if self.entities else (self.slots, self.type, self.size, self.color)
 
 @dataclass(frozen=True)
 class Rule:
@@ -166,11 +175,19 @@ def predict(rule: str, param: int, grid: list[list], kind: str, offset: int, n_s
 def _kind(attr): return "set" if attr == "Position" else "int"
 def _offset(attr): return ARITHMETIC_OFFSET.get(attr, 0)
 
-def solve(context: Sequence[Sequence[CompState]], n_slots: Sequence[int], layout_attr: Sequence[str]) -> dict:
-    "Predictions {(component, attribute): set of predicted values} from the 8 context panels."
-    out = {}
+def solve(
+    context: Sequence[Sequence[CompState]],
+    n_slots: Sequence[int],
+    layout_attr: Sequence[str],
+    noise: dict | None = None,
+) -> dict:
+    """Predictions {(component, attribute): set of predicted values} from the 8 context panels; for a noise attribute
+    whose entities persist, {(component, attribute, "entities"): {sorted levels of panel 8}}."""
+    out, noise = {}, noise or {}
     for c in range(len(n_slots)):
-        attrs = [layout_attr[c]] + list(ENTITY_ATTRS)
+        attrs = [layout_attr[c]] + [a for a in ENTITY_ATTRS if (c, a) not in noise]
+        for a in ENTITY_ATTRS:
+            if noise.get((c, a)): out[(c, a, "entities")] = {tuple(sorted(context[7][c].entity_values(a)))}
         for attr in attrs:
             grid = [[context[r * 3 + k][c].value(attr) for k in range(3 if r < 2 else 2)] for r in range(3)]
             preds = set()
@@ -181,9 +198,13 @@ def solve(context: Sequence[Sequence[CompState]], n_slots: Sequence[int], layout
             out[(c, attr)] = preds
     return out
 
+def _observed(panel: Sequence[CompState], key: tuple):
+    c, attr = key[:2]
+    return tuple(sorted(panel[c].entity_values(attr))) if len(key) == 3 else _key(panel[c].value(attr))
+
 def consistent(panel: Sequence[CompState], preds: dict) -> bool:
     "Whether a completion satisfies every prediction of the solver."
-    return all(_key(panel[c].value(attr)) in vals for (c, attr), vals in preds.items())
+    return all(_observed(panel, key) in vals for key, vals in preds.items())
 
 # %% ../nbs/03_rpm.ipynb #c7feb6c1
 @dataclass
@@ -197,6 +218,7 @@ class RPMConfig:
     require_rules: tuple = ()                            # every puzzle contains one of these (rule, attribute) pairs
     value_ranges: dict = field(default_factory=dict)  # attribute -> (lo, hi) allowed level range (inter/extrapolation)
     supersample: int = 2
+    uniformity: float = 0.25                             # chance that a grid's entities look alike (RAVEN: 1 in 4)
 
     def __post_init__(self):
         self.size = check_int("size", self.size, 32, 320)
@@ -217,6 +239,8 @@ class RPMConfig:
                     f"{(lo, hi)}"
                 )
         if self.supersample not in (1, 2, 4): raise ValueError(f"supersample must be 1, 2 or 4, got {self.supersample}")
+        if isinstance(self.uniformity, bool) or not 0 <= self.uniformity <= 1:
+            raise ValueError(f"uniformity must be a probability in [0, 1], got {self.uniformity!r}")
         self.configurations = tuple(self.configurations)
         self.exclude_rules, self.require_rules = (
             tuple(map(tuple, self.exclude_rules)),
@@ -263,9 +287,7 @@ def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int
     if attr == "Number": return 1, n_slots
     if attr == "Position": return 0, n_slots - 1
     lo, hi = cfg.value_ranges.get(attr, (0, DOMAIN[attr] - 1))
-    if kind == "out":
-        if attr == "Type": lo, hi = max(lo, 1), hi            # no triangle around inner objects
-        if attr == "Size": lo = max(lo, 3)                    # a large enclosing shape
+    if kind == "out" and attr == "Size": lo = max(lo, 3)   # a large enclosing shape (of any type, as in RAVEN)
     return lo, hi
 
 def _choose_layout(comp_kind: str, cfg: RPMConfig, rng) -> tuple[str, str]:
@@ -294,10 +316,12 @@ def _values_grid(rule, param, attr, lo, hi, n_slots, rng) -> list[list] | None:
         def rand_set(k=None):
             k = int(rng.integers(1, n_slots + 1)) if k is None else k
             return tuple(sorted(rng.choice(n_slots, k, replace=False).tolist()))
-        if rule == "Distribute_Three":
-            vals = {rand_set() for _ in range(12)}
+        if rule == "Distribute_Three":   # three sets of one size (RAVEN keeps Number), each once per row
+            sizes = [k for k in range(1, n_slots + 1) if math.comb(n_slots, k) >= 3]
+            k = sizes[rng.integers(len(sizes))]
+            vals = list(dict.fromkeys(rand_set(k) for _ in range(12)))
             if len(vals) < 3: return None
-            vals = list(vals)[:3]; return distribute_rows(vals, param)
+            return distribute_rows(vals[:3], param)
         rows = []
         for _ in range(3):
             a = rand_set()
@@ -337,6 +361,48 @@ class Puzzle:
     context: list[list[CompState]]
     candidates: list[list[CompState]]
     target: int
+    uniform: tuple[bool, ...] = ()   # per component: its entities look alike (empty: all do)
+
+PERSISTENT_LAYOUTS = (("Constant", "Position"), ("Progression", "Position"), ("Distribute_Three", "Position"))
+
+def noise_attrs(rules: Sequence[Rule], uniform: Sequence[bool]) -> dict[tuple[int, str], bool]:
+    """{(component, attribute): whether the entities persist along a row} for every noise attribute: an entity
+    attribute under Constant in a component that is not uniform."""
+    layout = {r.component: (r.rule, r.attribute) for r in rules if r.attribute in ("Number", "Position")}
+    return {(r.component, r.attribute): layout.get(r.component) in PERSISTENT_LAYOUTS for r in rules
+            if uniform and not uniform[r.component] and r.attribute in ENTITY_ATTRS and r.rule == "Constant"}
+
+def _with_levels(s: CompState, levels: dict) -> CompState:
+    """s with per-entity levels for some entity attributes (the others unchanged); the component's own value becomes
+    entity 0's, and entities that all look alike are stored as a uniform component."""
+    cols = {a: tuple(int(v) for v in levels.get(a, s.entity_values(a))) for a in ENTITY_ATTRS}
+    first = {a.lower(): col[0] for a, col in cols.items()}
+    varied = any(len(set(col)) > 1 for col in cols.values())
+    return replace(s, entities=tuple(zip(*cols.values())) if varied else (), **first)
+
+def _fresh_levels(attrs, k: int, kind: str, cfg: "RPMConfig", n_slots: int, rng) -> dict:
+    "Levels of the noise attributes `attrs` for k entities, each drawn uniformly from its range."
+    return {a: rng.integers(lo, hi + 1, k).tolist() for a in attrs for lo, hi in [_attr_range(a, kind, cfg, n_slots)]}
+
+def _carry(levels: tuple, old: tuple, new: tuple, layout: Rule, n_slots: int) -> tuple:
+    "Entities keep their levels as the layout moves them: a Progression shifts each; otherwise entity i takes slot i."
+    if layout.rule != "Progression": return levels
+    moved = {(slot + layout.param) % n_slots: v for slot, v in zip(old, levels)}
+    return tuple(moved[slot] for slot in new)
+
+def _add_noise(panels, comps, rules, noise, cfg, rng) -> list[list[CompState]]:
+    "The panels with a level per entity for every noise attribute: carried along a row where the entities persist."
+    layout = {r.component: r for r in rules if r.attribute in ("Number", "Position")}
+    out = [list(p) for p in panels]
+    for c, (kind, slots) in enumerate(comps):
+        own = [a for a in ENTITY_ATTRS if (c, a) in noise]
+        for i in range(9) if own else ():
+            s, prev = out[i][c], out[i - 1][c]
+            if i % 3 and noise[(c, own[0])]:
+                lv = {a: _carry(prev.entity_values(a), prev.slots, s.slots, layout[c], len(slots)) for a in own}
+            else: lv = _fresh_levels(own, len(s.slots), kind, cfg, len(slots), rng)
+            out[i][c] = _with_levels(s, lv)
+    return out
 
 def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
     "One puzzle whose rules the solver recovers uniquely, with its answer set."
@@ -368,6 +434,9 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
             grids.append(g)
         if not ok: continue
         if cfg.require_rules and not any((r.rule, r.attribute) in cfg.require_rules for r in rules): continue
+        uniform = tuple(kind != "grid" or cfg.uniformity >= 1 or bool(rng.random() < cfg.uniformity)
+                        for kind, _ in comps)
+        noise = noise_attrs(rules, uniform)
         panels = []
         for i in range(9):
             r, k = divmod(i, 3)
@@ -377,60 +446,64 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
                 panel.append(CompState(slots, int(g["Type"][r][k]), int(g["Size"][r][k]), int(g["Color"][r][k]),
                                        tuple(int(x) for x in rng.integers(-4, 4, len(slots)) * 45)))
             panels.append(panel)
+        if noise: panels = _add_noise(panels, comps, rules, noise, cfg, rng)
         n_slots = [len(s) for _, s in comps]
-        preds = solve(panels[:8], n_slots, layout_attr)
+        preds = solve(panels[:8], n_slots, layout_attr, noise)
         if any(len(v) != 1 for v in preds.values()): continue          # another rule fits and predicts something else
         if not consistent(panels[8], preds): continue
-        cands = answer_set(panels[8], comps, layout_attr, cfg, rng)
+        cands = answer_set(panels[8], comps, layout_attr, cfg, rng, noise)
         if cands is None or any(consistent(cd, preds) for cd in cands[1:]): continue
         order = rng.permutation(8)
         cands = [cands[i] for i in order]
-        return Puzzle(conf, rules, panels[:8], cands, int(np.nonzero(order == 0)[0][0]))
+        return Puzzle(conf, rules, panels[:8], cands, int(np.nonzero(order == 0)[0][0]), uniform)
     raise RuntimeError("could not generate a puzzle with these settings; relax the split options")
 
 # %% ../nbs/03_rpm.ipynb #af3ddb9b
-def _modifiable(comps, layout_attr) -> list[tuple[int, str]]:
-    out = []
+def _modifiable(comps, layout_attr, noise=None) -> list[tuple[int, str]]:
+    "The (component, attribute) pairs a distractor may change: never a noise attribute whose entities come and go."
+    noise, out = noise or {}, []
     for c, (kind, slots) in enumerate(comps):
         if kind == "grid": out.append((c, layout_attr[c]))
-        out += [(c, a) for a in ENTITY_ATTRS if not (kind == "out" and a == "Color")]
+        out += [(c, a) for a in ENTITY_ATTRS if not (kind == "out" and a == "Color") and noise.get((c, a), True)]
     return out
 
-def _modify(panel: list[CompState], c: int, attr: str, comps, cfg, rng) -> list[CompState] | None:
-    "The panel with one attribute of one component changed to another allowed value."
+def _modify(panel: list[CompState], c: int, attr: str, comps, cfg, rng, noise=None) -> list[CompState] | None:
+    """The panel with one attribute of one component changed to another allowed value (a noise attribute: every
+    entity's, as I-RAVEN does)."""
     kind, slots = comps[c]
-    s = panel[c]
+    s, own = panel[c], [a for a in ENTITY_ATTRS if (c, a) in (noise or {})]
     if attr in ENTITY_ATTRS:
         lo, hi = _attr_range(attr, kind, cfg, len(slots))
-        opts = [v for v in range(lo, hi + 1) if v != getattr(s, attr.lower())]
-        if not opts: return None
-        new = CompState(
-            s.slots,
-            **{**{"type": s.type, "size": s.size, "color": s.color}, attr.lower(): int(rng.choice(opts))},
-            angles=s.angles,
-        )
+        others = lambda x: [v for v in range(lo, hi + 1) if v != x]
+        if attr in own: col = [int(rng.choice(others(x))) for x in s.entity_values(attr)] if hi > lo else None
+        else: col = [int(rng.choice(others(s.value(attr))))] * len(s.slots) if hi > lo else None
+        if col is None: return None
+        new = _with_levels(s, {attr: col})
     elif attr == "Number":
         opts = [k for k in range(1, len(slots) + 1) if k != len(s.slots)]
         k = int(rng.choice(opts))
         sl = tuple(sorted(rng.choice(len(slots), k, replace=False).tolist()))
-        new = CompState(sl, s.type, s.size, s.color, tuple(int(x) for x in rng.integers(-4, 4, k) * 45))
+        new = replace(s, slots=sl, angles=tuple(int(x) for x in rng.integers(-4, 4, k) * 45), entities=())
+        if own: new = _with_levels(new, _fresh_levels(own, k, kind, cfg, len(slots), rng))
     else:
         for _ in range(20):
             sl = tuple(sorted(rng.choice(len(slots), len(s.slots), replace=False).tolist()))
             if sl != s.slots: break
         else: return None
-        new = CompState(sl, s.type, s.size, s.color, s.angles)
+        new = replace(s, slots=sl)
     return [new if i == c else x for i, x in enumerate(panel)]
 
-def answer_set(answer: list[CompState], comps, layout_attr, cfg: RPMConfig, rng) -> list[list[CompState]] | None:
+def answer_set(
+    answer: list[CompState], comps, layout_attr, cfg: RPMConfig, rng, noise: dict | None = None
+) -> list[list[CompState]] | None:
     "8 candidates, the answer first, built by cfg.answers' method; None if they cannot all differ."
-    mods = _modifiable(comps, layout_attr)
+    mods = _modifiable(comps, layout_attr, noise)
     if cfg.answers == "iraven":
         if len(mods) < 3: return None
         picks = [mods[i] for i in rng.choice(len(mods), 3, replace=False)]
         cands = [answer]
         for c, attr in picks:
-            alt = _modify(answer, c, attr, comps, cfg, rng)   # one alternative value per level, shared by the half
+            alt = _modify(answer, c, attr, comps, cfg, rng, noise)   # one alternative value per level, shared by the half
             if alt is None: return None
             cands = cands + [[_take(x, attr, alt[c]) if i == c else x for i, x in enumerate(p)] for p in cands]
     elif cfg.answers == "fair":
@@ -439,27 +512,28 @@ def answer_set(answer: list[CompState], comps, layout_attr, cfg: RPMConfig, rng)
             if len(cands) == 8: break
             base = cands[rng.integers(len(cands))]
             c, attr = mods[rng.integers(len(mods))]
-            new = _modify(base, c, attr, comps, cfg, rng)
+            new = _modify(base, c, attr, comps, cfg, rng, noise)
             if new is not None and all(_sym(new) != _sym(x) for x in cands): cands.append(new)
     else:
         cands = [answer]
         for _ in range(200):
             if len(cands) == 8: break
             c, attr = mods[rng.integers(len(mods))]
-            new = _modify(answer, c, attr, comps, cfg, rng)
+            new = _modify(answer, c, attr, comps, cfg, rng, noise)
             if new is not None and all(_sym(new) != _sym(x) for x in cands): cands.append(new)
     if len(cands) != 8 or len({_sym(x) for x in cands}) != 8: return None
     return cands
 
 def _take(s: CompState, attr: str, alt: CompState) -> CompState:
-    "s with attribute attr taken from alt (for Number / Position: alt's slots and rotations), the rest kept."
+    """s with attribute attr taken from alt, the rest kept: an entity attribute's levels, or alt's slots and rotations
+    (the same entities, moved, when the count is unchanged)."""
     if attr in ENTITY_ATTRS:
-        return CompState(
-            s.slots,
-            **{"type": s.type, "size": s.size, "color": s.color, attr.lower(): getattr(alt, attr.lower())},
-            angles=s.angles,
-        )
-    return CompState(alt.slots, s.type, s.size, s.color, alt.angles)
+        col = alt.entity_values(attr)
+        return _with_levels(s, {attr: col if len(col) == len(s.slots) else (alt.value(attr),) * len(s.slots)})
+    if len(alt.slots) == len(s.slots): return replace(s, slots=alt.slots, angles=alt.angles)
+    k = len(alt.slots)   # a new count: alt's new entities, with s's levels where alt's are alike
+    cols = {a: alt.entity_values(a) if len(set(alt.entity_values(a))) > 1 else (s.value(a),) * k for a in ENTITY_ATTRS}
+    return _with_levels(replace(alt, entities=()), cols)
 
 def _sym(panel) -> tuple: return tuple(c.symbolic() for c in panel)
 
@@ -482,9 +556,10 @@ def _draw_panel(
         for j, si in enumerate(comp.slots):
             cx, cy, side = slots[si]
             x, y = ox + cx * S, oy + cy * S
-            r = 0.5 * side * SIZE_LEVELS[comp.size] * S * 0.9
-            fill = 255 if kind == "out" else COLOR_LEVELS[comp.color]
-            t = TYPES[comp.type]
+            ty, sz, co = comp.entities[j] if comp.entities else (comp.type, comp.size, comp.color)
+            r = 0.5 * side * SIZE_LEVELS[sz] * S * 0.9
+            fill = 255 if kind == "out" else COLOR_LEVELS[co]
+            t = TYPES[ty]
             ang = comp.angles[j] if j < len(comp.angles) else 0
             if t == "circle": d.ellipse([x - r, y - r, x + r, y + r], fill=fill, outline=0, width=lw); continue
             a = 0 if kind == "out" else ang
@@ -590,19 +665,22 @@ class RPMSet:
         )
 
 def _puzzle_dict(p: Puzzle) -> dict:
-    st = lambda s: {"slots": list(s.slots), "type": s.type, "size": s.size, "color": s.color, "angles": list(s.angles)}
+    st = lambda s: {"slots": list(s.slots), "type": s.type, "size": s.size, "color": s.color, "angles": list(s.angles),
+                    "entities": [list(e) for e in s.entities]}
     return {
         "configuration": p.configuration,
         "rules": [asdict(r) for r in p.rules],
         "target": p.target,
         "context": [[st(c) for c in panel] for panel in p.context],
         "candidates": [[st(c) for c in panel] for panel in p.candidates],
+        "uniform": list(p.uniform),
     }
 
 def _puzzle_from(d: dict) -> Puzzle:
-    st = lambda s: CompState(tuple(s["slots"]), s["type"], s["size"], s["color"], tuple(s["angles"]))
+    st = lambda s: CompState(tuple(s["slots"]), s["type"], s["size"], s["color"], tuple(s["angles"]),
+                             tuple(tuple(e) for e in s.get("entities", ())))
     return Puzzle(d["configuration"], [Rule(**r) for r in d["rules"]], [[st(c) for c in p] for p in d["context"]],
-                  [[st(c) for c in p] for p in d["candidates"]], d["target"])
+                  [[st(c) for c in p] for p in d["candidates"]], d["target"], tuple(d.get("uniform", ())))
 
 def make_rpm(
     n: int, seed: int = 0, answers: str = "iraven", config: RPMConfig | None = None, progress: bool | None = None, **kw
@@ -628,10 +706,8 @@ def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     hits = 0
     for p in rs.puzzles:
-        feats = [
-            [(c, a, _key(s[c].value(a))) for c in range(len(s)) for a in ("Number", "Position") + ENTITY_ATTRS]
-            for s in p.candidates
-        ]
+        look = lambda x, a: tuple(sorted(x.entity_values(a))) if x.entities and a in ENTITY_ATTRS else _key(x.value(a))
+        feats = [[(c, a, look(s[c], a)) for c in range(len(s)) for a in ATTRIBUTES] for s in p.candidates]
         freq = collections.Counter(f for fs in feats for f in fs)
         score = np.array([sum(freq[f] for f in fs) for fs in feats], float)
         best = np.flatnonzero(score == score.max())

@@ -14,11 +14,12 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
            'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text', 'sample_program',
            'annotator_answers', 'Caption', 'World', 'balance_keys', 'names_held_out', 'annotate_image',
-           'relation_triplets', 'make_world', 'sample_relations', 'word_meanings', 'word_relation', 'substitute']
+           'relation_triplets', 'make_world', 'split_images', 'sample_relations', 'word_meanings', 'word_relation',
+           'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -1197,6 +1198,18 @@ class World:
 
     def __len__(self) -> int: return len(self.scenes)
 
+    def select(self, image_ids: Sequence[int]) -> "World":
+        """The world's images `image_ids` (in that order), renumbered 0..k-1, with their scenes, captions, questions and
+        relations; caption, question and group ids are kept."""
+        ids = [check_int("image id", i, 0, len(self) - 1) for i in image_ids]
+        if len(set(ids)) != len(ids): raise ValueError("image_ids repeats an image")
+        new = {old: k for k, old in enumerate(ids)}
+        def keep(xs):
+            return sorted((replace(x, image_id=new[x.image_id]) for x in xs if x.image_id in new), key=lambda x: x.image_id)
+        rels = sorted(((new[r[0]], *r[1:]) for r in self.relations if r[0] in new), key=lambda r: r[0])
+        scenes = [replace(self.scenes[i], image_id=k) for k, i in enumerate(ids)]
+        return World(self.images[ids], scenes, keep(self.captions), keep(self.questions), rels, self.config, self.seed)
+
     def truth(self, captions: Sequence[LF] | None = None) -> np.ndarray:
         "Truth matrix of the world's images against `captions` (default: all its captions' logical forms)."
         return truth_matrix(self.scenes, [c.lf for c in self.captions] if captions is None else captions)
@@ -1396,6 +1409,16 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
                 c, q = annotate_image(t, cfg, _annotation_rng(seed, i), ids, bal)
                 scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
+
+# %% ../nbs/02_world.ipynb #w2sp0002
+def split_images(world: World, test_fraction: float = 0.2, seed: int = 0) -> tuple[World, World]:
+    """Disjoint (train, test) worlds over a random `test_fraction` of the images (at least one image on each side),
+    each in the original order."""
+    if not 0 < test_fraction < 1: raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if len(world) < 2: raise ValueError(f"a world of {len(world)} image(s) cannot be split")
+    perm = np.random.default_rng(check_int("seed", seed, 0)).permutation(len(world))
+    n_test = min(len(world) - 1, max(1, round(test_fraction * len(world))))
+    return world.select(np.sort(perm[n_test:])), world.select(np.sort(perm[:n_test]))
 
 # %% ../nbs/02_world.ipynb #88cedb46
 def sample_relations(
