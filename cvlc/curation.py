@@ -290,13 +290,11 @@ class VQATensors:
         if int(data.images.max(initial=-1)) >= len(regions):
             raise ValueError(f"image rows go up to {data.images.max()} but there are {len(regions)} region sets")
         enc = tokenizer(data.texts, max_length=max_length)  # 23 question tokens: Table B, row 1
-        self.data, self.ids, self.tmask, self.regions, self.rmask = (
-            data,
-            enc["input_ids"],
-            enc["attention_mask"],
-            regions,
-            region_mask,
-        )
+        self.data = data
+        self.ids = enc["input_ids"]
+        self.tmask = enc["attention_mask"]
+        self.regions = regions
+        self.rmask = region_mask
         self.images, self.labels, self.groups = (torch.from_numpy(x) for x in (data.images, data.labels, data.groups))
 
     def __len__(self) -> int: return len(self.ids)
@@ -304,13 +302,11 @@ class VQATensors:
     def subset(self, keep) -> "VQATensors":
         "The samples where the bool mask `keep` is true (no re-tokenization)."
         out, k = object.__new__(VQATensors), torch.from_numpy(np.asarray(keep, bool))
-        out.data, out.ids, out.tmask, out.regions, out.rmask = (
-            self.data.subset(keep),
-            self.ids[k],
-            self.tmask[k],
-            self.regions,
-            self.rmask,
-        )
+        out.data = self.data.subset(keep)
+        out.ids = self.ids[k]
+        out.tmask = self.tmask[k]
+        out.regions = self.regions
+        out.rmask = self.rmask
         out.images, out.labels, out.groups = self.images[k], self.labels[k], self.groups[k]
         return out
 

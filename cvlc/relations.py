@@ -311,11 +311,9 @@ class CrossModalAttention(nn.Module):
     def __init__(self, dim_v: int, dim_l: int, dim: int = 128, heads: int = 8):
         super().__init__()
         if dim % heads: raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
-        self.q, self.k, self.v = (
-            nn.Linear(dim_l, dim, bias=False),
-            nn.Linear(dim_v, dim, bias=False),
-            nn.Linear(dim_v, dim, bias=False),
-        )
+        self.q = nn.Linear(dim_l, dim, bias=False)
+        self.k = nn.Linear(dim_v, dim, bias=False)
+        self.v = nn.Linear(dim_v, dim, bias=False)
         self.heads, self.dim = heads, dim
 
     def _split(self, x: Tensor) -> Tensor: return x.view(*x.shape[:2], self.heads, -1).transpose(1, 2)

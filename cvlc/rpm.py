@@ -503,7 +503,8 @@ def answer_set(
         picks = [mods[i] for i in rng.choice(len(mods), 3, replace=False)]
         cands = [answer]
         for c, attr in picks:
-            alt = _modify(answer, c, attr, comps, cfg, rng, noise)   # one alternative value per level, shared by the half
+            # one alternative value per level, shared by the half
+            alt = _modify(answer, c, attr, comps, cfg, rng, noise)
             if alt is None: return None
             cands = cands + [[_take(x, attr, alt[c]) if i == c else x for i, x in enumerate(p)] for p in cands]
     elif cfg.answers == "fair":

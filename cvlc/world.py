@@ -1205,7 +1205,9 @@ class World:
         if len(set(ids)) != len(ids): raise ValueError("image_ids repeats an image")
         new = {old: k for k, old in enumerate(ids)}
         def keep(xs):
-            return sorted((replace(x, image_id=new[x.image_id]) for x in xs if x.image_id in new), key=lambda x: x.image_id)
+            return sorted(
+                (replace(x, image_id=new[x.image_id]) for x in xs if x.image_id in new), key=lambda x: x.image_id
+            )
         rels = sorted(((new[r[0]], *r[1:]) for r in self.relations if r[0] in new), key=lambda r: r[0])
         scenes = [replace(self.scenes[i], image_id=k) for k, i in enumerate(ids)]
         return World(self.images[ids], scenes, keep(self.captions), keep(self.questions), rels, self.config, self.seed)
