@@ -396,9 +396,12 @@ def _add_noise(panels, comps, rules, noise, cfg, rng) -> list[list[CompState]]:
     out = [list(p) for p in panels]
     for c, (kind, slots) in enumerate(comps):
         own = [a for a in ENTITY_ATTRS if (c, a) in noise]
-        for i in range(9) if own else ():
-            s, prev = out[i][c], out[i - 1][c]
-            if i % 3 and noise[(c, own[0])]:
+        if not own: continue
+        persist = noise[(c, own[0])]               # one layout per component: its noise attributes all persist or not
+        for i in range(9):
+            s = out[i][c]
+            if i % 3 and persist:
+                prev = out[i - 1][c]
                 lv = {a: _carry(prev.entity_values(a), prev.slots, s.slots, layout[c], len(slots)) for a in own}
             else: lv = _fresh_levels(own, len(s.slots), kind, cfg, len(slots), rng)
             out[i][c] = _with_levels(s, lv)
