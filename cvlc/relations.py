@@ -34,7 +34,7 @@ from .losses import bidirectional_nce, contrastive, cross_modal_nce
 from .metrics import recall_at_k, topk_accuracy
 from .models import BertTop, SentenceBank, VisualStream, masked_mean
 from .training import IndexedBatches, embed, fit_steps, index_batches
-from .world import COLORS, PREDICATES, SHAPES, SceneTruth, desc_words, unique_desc
+from .world import COLORS, N_GEOMETRIC, PREDICATES, SHAPES, SceneTruth, desc_words, unique_desc
 
 # %% ../nbs/14_vgbert.ipynb #v14c0050
 def presence_targets(scenes: Sequence) -> Tensor:
@@ -348,11 +348,14 @@ class BilinearRelations(nn.Module):
         r = self.proj(objects)
         return torch.einsum("bsd,pde,boe->bpso", r, self.matrices(), r)
 
-def relation_losses(scores: Tensor, triplets: Tensor, holds: Tensor, temperature: float = 1.0) -> dict[str, Tensor]:
+def relation_losses(
+    scores: Tensor, triplets: Tensor, holds: Tensor, temperature: float = 1.0, multilabel: bool = False
+) -> dict[str, Tensor]:
     """Eq. 4-5 over a batch's triplets (T, 4) = (image, predicate, subject, object) and scores (B, P, O, O).
-    Loss_rel: a pair against every predicate, its own the positive. Loss_obj: a predicate against every triplet's pair
-    of the batch, its own pair the positive and the pairs in a different relation the negatives (pairs for which the
-    predicate also holds are left out of the denominator). Both through the contrastive core."""
+    Loss_rel: a pair against every predicate, its own the positive; with `multilabel`, the pair's other true predicates
+    are left out of the denominator instead of counting as negatives. Loss_obj: a predicate against every triplet's
+    pair of the batch, its own pair the positive and the pairs in a different relation the negatives (pairs for which
+    the predicate also holds are left out of the denominator). Both through the contrastive core."""
     if scores.ndim != 4 or holds.shape != scores.shape:
         raise ValueError(
             f"scores and holds must both be (B, P, O, O), got {tuple(scores.shape)} and {tuple(holds.shape)}"
@@ -363,7 +366,9 @@ def relation_losses(scores: Tensor, triplets: Tensor, holds: Tensor, temperature
     if len(triplets) and not bool(holds[b, p, s, o].all()):
         raise ValueError("every triplet must hold (holds[b, p, s, o] True)")
     eye = torch.eye(len(triplets), dtype=torch.bool, device=scores.device)
-    rel = contrastive(scores[b, :, s, o] / temperature, F.one_hot(p, scores.shape[1]).to(scores.dtype))
+    own = F.one_hot(p, scores.shape[1]).bool()
+    keep = ~holds[b, :, s, o] | own if multilabel else None                       # multi-label: other truths out
+    rel = contrastive(scores[b, :, s, o] / temperature, own.to(scores.dtype), keep)
     cross = scores[b[None, :], p[:, None], s[None, :], o[None, :]]                  # [i, j]: pair j under predicate p_i
     cand = ~holds[b[None, :], p[:, None], s[None, :], o[None, :]] | eye
     obj = contrastive(cross / temperature, eye.to(scores.dtype), cand)
@@ -397,16 +402,17 @@ class RelationalGrounding(nn.Module):
         return {"scores": self.relations(objects), "logits": self.classify(objects), "attention": A, "mask": mask}
 
 def relational_loss(
-    out: dict, batch: dict, parts: Sequence[str] = ("rel", "obj", "cls"), temperature: float = 1.0
+    out: dict, batch: dict, parts: Sequence[str] = ("rel", "obj", "cls"), temperature: float = 1.0,
+    multilabel: bool = False
 ) -> Tensor:
     """Stage 3's objective: Loss_rel + Loss_obj (Eq. 4-5) + the auxiliary cross-entropy of object classes, each optional
-    (App. Table 5)."""
+    (App. Table 5); `multilabel` as in `relation_losses`."""
     if not parts or set(parts) - {"rel", "obj", "cls"}:
         raise ValueError(f"parts must be a non-empty subset of ('rel', 'obj', 'cls'), got {parts!r}")
     dev = out["scores"].device
     loss = out["scores"].new_zeros(())
     if {"rel", "obj"} & set(parts):
-        l = relation_losses(out["scores"], batch["triplets"].to(dev), batch["holds"].to(dev), temperature)
+        l = relation_losses(out["scores"], batch["triplets"].to(dev), batch["holds"].to(dev), temperature, multilabel)
         loss = loss + sum(l[k] for k in ("rel", "obj") if k in parts)
     if "cls" in parts:
         c = batch["classes"].to(dev)
@@ -418,7 +424,8 @@ def relation_report(
     model: RelationalGrounding, batches: RelationBatches, ks: Sequence[int] = (1, 3)
 ) -> dict[str, float]:
     """Object classification accuracy and relation prediction top-k over every true triplet of the test images, ranked
-    "filtered" (Bordes et al.): the other predicates that also hold for the pair are taken out of its ranking."""
+    "filtered" (Bordes et al.): the other predicates that also hold for the pair are taken out of its ranking. Top-1
+    is also given for the geometric and the appearance predicates apart (`rel@1 geometric`, `rel@1 appearance`)."""
     model.eval()
     rel_scores, rel_target, hits, n_obj = [], [], 0, 0
     for b in batches:
@@ -429,8 +436,11 @@ def relation_report(
         sc = out["scores"].cpu()[t[:, 0], :, t[:, 2], t[:, 3]]
         other = b["holds"][t[:, 0], :, t[:, 2], t[:, 3]] & ~F.one_hot(t[:, 1], sc.shape[1]).bool()
         rel_scores.append(sc.masked_fill(other, float("-inf"))); rel_target.append(t[:, 1])
-    top = topk_accuracy(torch.cat(rel_scores), torch.cat(rel_target), ks)
-    return {"object_acc": hits / max(n_obj, 1), **{f"rel@{k}": v for k, v in top.items()}}
+    scores, target = torch.cat(rel_scores), torch.cat(rel_target)
+    out = {"object_acc": hits / max(n_obj, 1), **{f"rel@{k}": v for k, v in topk_accuracy(scores, target, ks).items()}}
+    for name, sel in (("geometric", target < N_GEOMETRIC), ("appearance", target >= N_GEOMETRIC)):
+        out[f"rel@1 {name}"] = topk_accuracy(scores[sel], target[sel], 1)[1] if sel.any() else float("nan")
+    return out
 
 # %% ../nbs/14_vgbert.ipynb #v14c0054
 def train_relations(
@@ -440,6 +450,7 @@ def train_relations(
     images: Tensor,
     config: StageConfig,
     parts: Sequence[str] = ("rel", "obj", "cls"),
+    multilabel: bool = False,
     train_layers: int = 1,
     per_image: int = 16,
     temperature: float = 1.0,
@@ -454,7 +465,7 @@ def train_relations(
         freeze_cnn(visual), language, len(PREDICATES), len(SHAPES) * len(COLORS), heads=heads, d=d
     )
     dl = RelationBatches(data, images, language.bank, config.batch_size, per_image, seed)
-    losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature), config)
+    losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature, multilabel), config)
     return model.eval(), losses
 
 # %% ../nbs/14_vgbert.ipynb #v14c0060

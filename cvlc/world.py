@@ -6,16 +6,16 @@ Docs: https://cvlc-course.github.io/cvlc/world.html.md"""
 
 # %% auto #0
 __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BACKGROUND', 'ATTRS', 'VALUES', 'UNIT', 'CIRCUM',
-           'PREDICATES', 'CONVERSE', 'OPPOSITE', 'CONE', 'CONE_MARGIN', 'NEAR', 'FAR', 'SYNONYMS', 'TEST_SYNONYMS',
-           'PRED_WORDS', 'NUMBER_WORDS', 'CAPTION_TEMPLATES', 'EDITS', 'QUESTION_TEMPLATES', 'FAMILIES',
-           'TRAIN_TEMPLATES', 'ATTR_WORDS', 'ANSWER_WORDS', 'HYPERNYMS', 'Obj', 'Scene', 'WorldConfig', 'SceneArrays',
-           'sample_scene_arrays', 'sample_scene', 'render_arrays', 'render_scenes', 'render_scene',
-           'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF', 'entails', 'truth_matrix',
-           'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc', 'unique_desc',
-           'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text', 'sample_program',
-           'annotator_answers', 'Caption', 'World', 'balance_keys', 'names_held_out', 'annotate_image',
-           'relation_triplets', 'make_world', 'split_images', 'sample_relations', 'word_meanings', 'word_relation',
-           'substitute']
+           'PREDICATES', 'N_GEOMETRIC', 'SAME_AS', 'CONVERSE', 'OPPOSITE', 'CONE', 'CONE_MARGIN', 'NEAR', 'FAR',
+           'SYNONYMS', 'TEST_SYNONYMS', 'PRED_WORDS', 'NUMBER_WORDS', 'CAPTION_TEMPLATES', 'EDITS',
+           'QUESTION_TEMPLATES', 'FAMILIES', 'TRAIN_TEMPLATES', 'ATTR_WORDS', 'ANSWER_WORDS', 'HYPERNYMS', 'Obj',
+           'Scene', 'WorldConfig', 'SceneArrays', 'sample_scene_arrays', 'sample_scene', 'render_arrays',
+           'render_scenes', 'render_scene', 'relation_truth_arrays', 'scene_arrays', 'relation_truth', 'Desc', 'LF',
+           'entails', 'truth_matrix', 'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc',
+           'unique_desc', 'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text',
+           'sample_program', 'annotator_answers', 'Caption', 'World', 'balance_keys', 'names_held_out',
+           'annotate_image', 'relation_triplets', 'make_world', 'split_images', 'sample_relations', 'word_meanings',
+           'word_relation', 'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
@@ -116,6 +116,7 @@ class WorldConfig:
     questions_per_image: int = 3
     rephrasings: int = 3                 # held-out wordings per evaluation group
     annotator_disagreement: float = 0.1  # chance an annotator answers something else (at most 4 of 10 do)
+    appearance_relations: bool = False   # captions also relate objects by "same shape / color / size / fill as"
 
     def __post_init__(self):
         self.size = check_int("size", self.size, 16, 512)
@@ -142,6 +143,8 @@ class WorldConfig:
             raise ValueError(f"annotator_disagreement must be in [0, 0.6], got {self.annotator_disagreement}")
         if self.rephrasings not in (1, 2, 3):
             raise ValueError(f"rephrasings must be 1, 2 or 3 (held-out wordings per family), got {self.rephrasings}")
+        if not isinstance(self.appearance_relations, bool):
+            raise ValueError(f"appearance_relations must be True or False, got {self.appearance_relations!r}")
         for k in ("captions_per_image", "negatives_per_caption", "questions_per_image"):
             if not (0 <= getattr(self, k) <= 20): raise ValueError(f"{k} must be in [0, 20], got {getattr(self, k)}")
 
@@ -402,10 +405,12 @@ def render_scene(scene: Scene) -> np.ndarray:
 
 # %% ../nbs/02_world.ipynb #78408446
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
-              "same color as", "same shape as")
+              "same color as", "same shape as", "same size as", "same fill as")
+N_GEOMETRIC = 8                          # the first 8 predicates are read off the boxes and size classes
+SAME_AS = {"same shape as": 0, "same color as": 1, "same size as": 2, "same fill as": 3}   # predicate -> attribute
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
             "far from": "far from", "larger than": "smaller than", "smaller than": "larger than",
-            "same color as": "same color as", "same shape as": "same shape as"}
+            **{p: p for p in SAME_AS}}
 OPPOSITE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "far from",
             "far from": "near", "larger than": "smaller than", "smaller than": "larger than"}
 CONE, CONE_MARGIN = 45.0, 12.0
@@ -432,7 +437,7 @@ def relation_truth_arrays(xy: np.ndarray, attrs: np.ndarray, valid: np.ndarray) 
             t = d > 0 if p == "larger than" else d < 0
             out.append(_tri(t, ~t))
         else:
-            a = attrs[..., 1 if p == "same color as" else 0]
+            a = attrs[..., SAME_AS[p]]
             t = a[:, :, None] == a[:, None, :]
             out.append(_tri(t, ~t))
     R = np.stack(out, 1)
@@ -515,7 +520,9 @@ class LF(NamedTuple):
 
 # %% ../nbs/02_world.ipynb #8e290ac1
 def entails(a: LF, b: LF) -> bool:
-    "Whether caption `a` being true makes caption `b` true in every scene."
+    """Whether caption `a` being true makes caption `b` true in every scene, by the descriptions and the converse
+    predicate (sound, not complete: that "a red circle is the same color as the square" makes the square red is not
+    seen)."""
     if a == b: return True
     if b.kind == "exist":
         if a.kind == "exist": return b.d1.generalizes(a.d1)
@@ -619,9 +626,15 @@ class SceneTruth:
     @functools.cached_property
     def pairs(self) -> list[tuple[int, int, int]]:
         "True (predicate, subject, object) triples of the spatial and size predicates, sorted."
-        return [
-            (p, a, b) for p in range(8) for a in range(self.n) for b in range(self.n) if self.true_in[p][b] >> a & 1
-        ]
+        return self._true_triples(range(N_GEOMETRIC))
+
+    @functools.cached_property
+    def appearance_pairs(self) -> list[tuple[int, int, int]]:
+        "True (predicate, subject, object) triples of the same-attribute predicates, sorted."
+        return self._true_triples(range(N_GEOMETRIC, len(PREDICATES)))
+
+    def _true_triples(self, preds: range) -> list[tuple[int, int, int]]:
+        return [(p, a, b) for p in preds for a in range(self.n) for b in range(self.n) if self.true_in[p][b] >> a & 1]
 
     def mask(self, d: Desc) -> int:
         "Objects fitting d, as a bit mask."
@@ -685,6 +698,8 @@ PRED_WORDS = {
     "smaller than": ["smaller than"],
     "same color as": ["the same color as"],
     "same shape as": ["the same shape as"],
+    "same size as": ["the same size as"],
+    "same fill as": ["the same fill style as"],
 }
 NUMBER_WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 CAPTION_TEMPLATES = {
@@ -819,15 +834,18 @@ def unique_desc(truth: SceneTruth, k: int, rng, free: int | None = None) -> Desc
         if ok: return _sub_desc(truth.codes[k], _pick(ok, rng))
     return None
 
-def true_captions(truth: SceneTruth, rng, n: int) -> list[LF]:
-    "n distinct captions true of the scene."
-    out, seen, codes, pairs = [], set(), truth.codes, truth.pairs
+def true_captions(truth: SceneTruth, rng, n: int, appearance: bool = False) -> list[LF]:
+    """n distinct captions true of the scene; with `appearance`, relations include the same-attribute predicates, whose
+    second phrase never names the attribute compared ("a red circle is the same color as the square")."""
+    out, seen, codes = [], set(), truth.codes
+    pairs = truth.pairs + truth.appearance_pairs if appearance else truth.pairs
     for _ in range(20 * n):
         if len(out) == n: break
         u = rng.random()
         if u < 0.45 and pairs:
             p, a, b = _pick(pairs, rng)
-            lf = LF("rel", random_desc(codes[a], rng), PREDICATES[p], random_desc(codes[b], rng))
+            free = SAME_AS.get(PREDICATES[p])
+            lf = LF("rel", random_desc(codes[a], rng), PREDICATES[p], random_desc(codes[b], rng, free=free))
         elif u < 0.65:
             d = random_desc(_pick(codes, rng), rng)
             lf = LF("count", d, n=truth.mask(d).bit_count())
@@ -1297,7 +1315,7 @@ def annotate_image(truth: SceneTruth, cfg: WorldConfig, rng, ids: dict, balancer
     sid = truth.scene.image_id
     caps, qs = [], []
     hide = cfg.holdout if cfg.split == "train" else ()        # training text never names a held-out pair
-    for lf in true_captions(truth, rng, cfg.captions_per_image):
+    for lf in true_captions(truth, rng, cfg.captions_per_image, cfg.appearance_relations):
         if hide and names_held_out(lf, hide): continue
         cid = ids["caption"]; ids["caption"] += 1
         caps.append(_caption(cid, sid, lf, truth, rng, 1, None, None))
@@ -1365,7 +1383,7 @@ def _scene_batch(seed: int, ids: Sequence[int], cfg: WorldConfig) -> tuple[np.nd
     R = relation_truth_arrays(arr.xy, arr.attrs, arr.valid)
     t_in, a_in = _subject_masks(R)
     true = np.nonzero(R == 1)                                          # image by image, then predicate, subject, object
-    spatial = true[1] < 8
+    spatial = true[1] < N_GEOMETRIC
     b, pairs = true[0][spatial], list(zip(*(x[spatial].tolist() for x in true[1:])))   # (predicate, subject, object)
     cut = np.searchsorted(b, np.arange(len(scenes) + 1)).tolist()
     box, vis, codes = box.tolist(), vis.tolist(), arr.attrs.tolist()
