@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import Dataset
 from .world import World, WorldConfig, make_world, annotate_image, _Balancer, _annotation_rng, _scene_batch
 from .rpm import RPMSet, RPMConfig, make_rpm, sample_puzzle, render_puzzle, meta_target, sparse_rules
-from .rpm import augment, shuffle_answers
+from .rpm import augment, shuffle_answers, sparse_from_meta_matrix, RAVEN_FOLDERS
 
 def _image_tensor(img: np.ndarray) -> torch.Tensor:
     "uint8 (H, W, 3) or (..., H, W) -> float tensor in [0, 1], channels first for RGB."
@@ -498,13 +498,27 @@ def load_vg_objects(
 # %% ../nbs/04_data.ipynb #43284bc8
 @dataclass
 class RavenSet:
-    """Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure (component names) and
-    source file per puzzle."""
+    """Raven matrices: images (n, 16, H, W) uint8, target (n,), meta_target (n, 9), structure (component names),
+    source file per puzzle, and meta_matrix (n, 8, 9) when every file has one."""
     images: np.ndarray
     target: np.ndarray
     meta_target: np.ndarray
     structure: list[tuple[str, ...]]
     files: list[str]
+    meta_matrix: np.ndarray | None = None
+
+    @property
+    def sparse(self) -> np.ndarray:
+        "MLCL's 40-bit sparse rule labels (n, 40), rebuilt from the meta matrices."
+        if self.meta_matrix is None:
+            raise ValueError("sparse labels need the files' meta_matrix, and some file has none")
+        return sparse_from_meta_matrix(self.meta_matrix)
+
+    @property
+    def configurations(self) -> list[str | None]:
+        "Each puzzle's configuration (cvlc's name, `cvlc.rpm.RAVEN_FOLDERS`) from its folder; None if not recognised."
+        by_folder = {v: k for k, v in RAVEN_FOLDERS.items()}
+        return [by_folder.get(Path(f).parent.name) for f in self.files]
 
 def _structure_names(st) -> tuple[str, ...]:
     "The `structure` array of a RAVEN file (bytes from the Python 2 generators, or str) as a tuple of names."
@@ -545,11 +559,15 @@ def load_raven(paths, split: str | None = None, *, on_error: str = "raise") -> t
         if not 0 <= t < 8: raise DataFormatError(f, i, "target", f"expected 0..7, got {t}")
         mt = np.asarray(z["meta_target"]).reshape(-1)
         st = _structure_names(z["structure"]) if "structure" in z.files else ()
-        return _uint8_image(img, f, i), t, mt, st, str(f)
+        mm = np.asarray(z["meta_matrix"]) if "meta_matrix" in z.files else None
+        if mm is not None and mm.shape != (8, 9):
+            raise DataFormatError(f, i, "meta_matrix", f"expected (8, 9), got {mm.shape}")
+        return _uint8_image(img, f, i), t, mt, st, str(f), mm
     rows = _each(files, report.file, on_error, parse, report)
     if not rows:
         raise FileNotFoundError(f"no RAVEN .npz puzzle found in {paths}" + (f" for split {split!r}" if split else ""))
     shapes = {r[0].shape for r in rows}
     if len(shapes) > 1: raise DataFormatError(paths, None, "image", f"puzzles of several sizes: {sorted(shapes)}")
+    mm = np.stack([r[5] for r in rows]).astype(np.uint8) if all(r[5] is not None for r in rows) else None
     return RavenSet(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]), np.stack([r[2] for r in rows]),
-                    [r[3] for r in rows], [r[4] for r in rows]), report
+                    [r[3] for r in rows], [r[4] for r in rows], mm), report

@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
            'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'aux_bits', 'rpm_loss', 'rpm_batches', 'rpm_accuracy',
-           'train_rpm', 'random_candidates']
+           'RavenFiles', 'resize_panels', 'raven_data', 'train_rpm', 'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -26,6 +26,7 @@ from torch import Tensor
 from .core import seed_everything
 from .losses import multilabel_supcon
 from .models import ProjectionHead
+from .data import load_raven
 from .rpm import Puzzle, augment
 from .training import Checkpoint, make_learner
 
@@ -200,16 +201,17 @@ def rpm_batches(
     batch_size: int = 32,
     seed: int = 0,
     shuffle: bool = True,
-    puzzles: Sequence[Puzzle] | None = None,
+    puzzles: Sequence | None = None,
     augment_panels: bool = False,
 ):
-    "A DataLoader of dict batches over Raven matrices (images (n, 16, S, S) uint8), optionally augmented per matrix."
+    """A DataLoader of dict batches over Raven matrices (images (n, 16, S, S) uint8), optionally augmented per matrix;
+    augmentation needs `puzzles`, the symbolic puzzles or RAVEN's meta matrices of them (to spare Position rules)."""
     from torch.utils.data import DataLoader
     n = len(images)
     if not (len(target) == len(dense) == len(sparse) == n):
         raise ValueError("images, target, dense and sparse must have one length")
     if augment_panels and (puzzles is None or len(puzzles) != n):
-        raise ValueError("augmentation needs the symbolic puzzles (to spare Position rules)")
+        raise ValueError("augmentation needs the symbolic puzzles or their meta matrices (to spare Position rules)")
     gen = torch.Generator().manual_seed(seed)
     def collate(idx):
         idx = np.asarray(idx)
@@ -234,6 +236,39 @@ def rpm_accuracy(model: nn.Module, images: np.ndarray, target: np.ndarray, batch
             ).sum()
         )
     return hits / len(images)
+
+@dataclass
+class RavenFiles:
+    """Matrices read from RAVEN / I-RAVEN files, laid out as an `RPMSet` for `train_rpm`: RAVEN's meta matrices stand in
+    for the symbolic puzzles, and `configurations` names each matrix's configuration."""
+    images: np.ndarray
+    target: np.ndarray
+    meta_target: np.ndarray
+    sparse: np.ndarray
+    puzzles: list
+    configurations: list
+
+    def __len__(self) -> int: return len(self.target)
+
+def resize_panels(images: np.ndarray, size: int, chunk: int = 256) -> np.ndarray:
+    "(n, 16, H, W) uint8 panels to (n, 16, size, size) by area averaging (160 px files to the paper's 80 px)."
+    out = np.empty((len(images), images.shape[1], size, size), np.uint8)
+    for s in range(0, len(images), chunk):
+        x = torch.from_numpy(images[s : s + chunk]).float()
+        out[s : s + chunk] = F.interpolate(x, size=(size, size), mode="area").round().clamp(0, 255).byte().numpy()
+    return out
+
+def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str] | None = None) -> RavenFiles:
+    """One split of the RAVEN / I-RAVEN files under `folder`, of the given `configurations` (cvlc's names; None: all),
+    panels resized to `size`, with RAVEN's dense labels and the sparse labels rebuilt from the meta matrices."""
+    rv, _ = load_raven(folder, split)
+    conf = rv.configurations
+    keep = [i for i, c in enumerate(conf) if configurations is None or c in configurations]
+    if not keep: raise ValueError(f"no {split} matrix of configurations {configurations} under {folder}")
+    images = rv.images[keep]
+    if images.shape[-1] != size: images = resize_panels(images, size)
+    mm = rv.meta_matrix[keep]
+    return RavenFiles(images, rv.target[keep], rv.meta_target[keep], rv.sparse[keep], list(mm), [conf[i] for i in keep])
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e040
 def _fit(learn, epochs: int, progress: bool) -> None:

@@ -7,10 +7,11 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 # %% auto #0
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
            'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'LAYOUT_RULES', 'PERSISTENT_LAYOUTS',
-           'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set', 'distribute_rows',
-           'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle',
-           'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_target', 'sparse_rules', 'RPMSet',
-           'make_rpm', 'context_blind_accuracy', 'augment', 'shuffle_answers']
+           'RAVEN_FOLDERS', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set',
+           'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'noise_attrs',
+           'sample_puzzle', 'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_matrix',
+           'meta_target', 'sparse_from_meta_matrix', 'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy',
+           'has_position_rule', 'augment', 'shuffle_answers']
 
 # %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
@@ -600,20 +601,58 @@ def _counted(p: Puzzle) -> list[Rule]:
         and not (kinds[r.component] == "out" and r.attribute == "Color")
     ]
 
-def meta_target(p: Puzzle, convention: str = "raven") -> np.ndarray:
-    """The 9-bit dense rule label: 'raven' ORs every rule (Constant layout sets Number and Position); 'cvlc' only the
-    counted rules."""
-    if convention not in ("raven", "cvlc"):
-        raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
-    m = np.zeros(9, np.int8)
-    for r in (p.rules if convention == "raven" else _counted(p)):
-        m[RULES.index(r.rule)] = 1
-        layout_constant = convention == "raven" and r.rule == "Constant" and r.attribute in ("Number", "Position")
-        for a in (("Number", "Position") if layout_constant else (r.attribute,)): m[4 + ATTRIBUTES.index(a)] = 1
+_RAVEN_ROWS = ("Number/Position", "Type", "Size", "Color")     # one component's rule group in RAVEN's files
+RAVEN_FOLDERS = {                                               # configuration -> the datasets' folder name
+    "center_single": "center_single",
+    "distribute_four": "distribute_four",
+    "distribute_nine": "distribute_nine",
+    "left_right": "left_center_single_right_center_single",
+    "up_down": "up_center_single_down_center_single",
+    "out_in_center": "in_center_single_out_center_single",
+    "out_in_grid": "in_distribute_four_out_center_single",
+}
+
+def meta_matrix(p: Puzzle) -> np.ndarray:
+    """RAVEN's per-rule `meta_matrix`, (8, 9) uint8: 4 rows per component, its rules on Number/Position, Type, Size and
+    Color in that order, each row the rule's bit [Constant, Progression, Arithmetic, Distribute_Three] and its
+    attribute bits [Number, Position, Type, Size, Color] (a Constant layout sets Number and Position); rows of a
+    missing second component are 0."""
+    m = np.zeros((N_COMPONENTS * len(_RAVEN_ROWS), 9), np.uint8)
+    for r in p.rules:
+        layout = r.attribute in ("Number", "Position")
+        row = len(_RAVEN_ROWS) * r.component + (0 if layout else _RAVEN_ROWS.index(r.attribute))
+        m[row, RULES.index(r.rule)] = 1
+        for a in (("Number", "Position") if layout and r.rule == "Constant" else (r.attribute,)):
+            m[row, 4 + ATTRIBUTES.index(a)] = 1
     return m
 
-def sparse_rules(p: Puzzle) -> np.ndarray:
-    "The 40-bit sparse (component x attribute x rule) encoding of a puzzle."
+def meta_target(p: Puzzle, convention: str = "raven") -> np.ndarray:
+    """The 9-bit dense rule label: 'raven' ORs every rule, as the datasets' files do (the OR of `meta_matrix`'s rows);
+    'cvlc' only the counted rules, each setting its own attribute bit."""
+    if convention not in ("raven", "cvlc"):
+        raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
+    if convention == "raven": return meta_matrix(p).max(0).astype(np.int8)
+    m = np.zeros(9, np.int8)
+    for r in _counted(p): m[RULES.index(r.rule)] = m[4 + ATTRIBUTES.index(r.attribute)] = 1
+    return m
+
+def sparse_from_meta_matrix(mm: np.ndarray) -> np.ndarray:
+    """The 40-bit sparse encoding from RAVEN's `meta_matrix` (..., 8, 9), batched over leading axes (the datasets'
+    files carry no sparse labels): bit `sparse_index(component, attribute, rule)` for every attribute bit of every
+    row, rows 0-3 being component 0 and rows 4-7 component 1."""
+    mm = np.asarray(mm)
+    if mm.shape[-2:] != (N_COMPONENTS * len(_RAVEN_ROWS), 9):
+        raise ValueError(f"meta_matrix must be (..., 8, 9), got {mm.shape}")
+    g = mm.reshape(*mm.shape[:-2], N_COMPONENTS, len(_RAVEN_ROWS), 9) > 0
+    both = np.einsum("...kr,...ka->...ar", g[..., :4].astype(np.int64), g[..., 4:].astype(np.int64))
+    return (both > 0).reshape(*mm.shape[:-2], SPARSE_BITS).astype(np.int8)     # (component, attribute, rule) order
+
+def sparse_rules(p: Puzzle, convention: str = "cvlc") -> np.ndarray:
+    """The 40-bit sparse (component x attribute x rule) encoding of a puzzle: 'cvlc' the counted rules only; 'raven'
+    every rule, as `sparse_from_meta_matrix` reads it from the datasets' files."""
+    if convention not in ("raven", "cvlc"):
+        raise ValueError(f"convention must be 'raven' or 'cvlc', got {convention!r}")
+    if convention == "raven": return sparse_from_meta_matrix(meta_matrix(p))
     m = np.zeros(SPARSE_BITS, np.int8)
     for r in _counted(p): m[sparse_index(r.component, r.attribute, r.rule)] = 1
     return m
@@ -645,6 +684,20 @@ class RPMSet:
         )
         doc = {"seed": self.seed, "config": asdict(self.config), "puzzles": [_puzzle_dict(p) for p in self.puzzles]}
         tmp = folder / "puzzles.json.tmp"; tmp.write_text(json.dumps(doc)); os.replace(tmp, folder / "puzzles.json")
+        return folder
+
+    def save_raven(self, folder, split: str = "train") -> Path:
+        """The puzzles as RAVEN / I-RAVEN files, `folder/<dataset folder>/RAVEN_<i>_<split>.npz` (`RAVEN_FOLDERS`), with
+        the `image`, `target`, `meta_matrix` and `meta_target` arrays of the official generators (what
+        `cvlc.data.load_raven` reads): a way to test a pipeline for the real datasets on generated puzzles."""
+        if split not in ("train", "val", "test"): raise ValueError(f"split must be train, val or test, got {split!r}")
+        folder = Path(folder)
+        for i, p in enumerate(self.puzzles):
+            sub = folder / RAVEN_FOLDERS[p.configuration]
+            sub.mkdir(parents=True, exist_ok=True)
+            mm = meta_matrix(p)
+            np.savez_compressed(sub / f"RAVEN_{i}_{split}.npz", image=self.images[i], target=np.int64(self.target[i]),
+                                meta_matrix=mm, meta_target=mm.max(0))
         return folder
 
     @classmethod
@@ -727,16 +780,24 @@ def _apply(img: np.ndarray, t: str) -> np.ndarray:
             "rot90": lambda x: np.rot90(x, 1, (-2, -1)), "rot180": lambda x: np.rot90(x, 2, (-2, -1)),
             "rot270": lambda x: np.rot90(x, 3, (-2, -1)), "transpose": lambda x: np.swapaxes(x, -1, -2)}[t](img)
 
+def has_position_rule(rules: "Puzzle | np.ndarray") -> bool:
+    "Whether a puzzle, or RAVEN's `meta_matrix` of one, has a Position rule other than Constant (flips would break it)."
+    if isinstance(rules, Puzzle): return any(r.attribute == "Position" and r.rule != "Constant" for r in rules.rules)
+    m = np.asarray(rules)
+    if m.shape != (N_COMPONENTS * len(_RAVEN_ROWS), 9):
+        raise ValueError(f"need a Puzzle or an (8, 9) meta_matrix, got {m.shape}")
+    return bool(((m[:, 5] > 0) & (m[:, 0] == 0)).any())          # Position bit set by a rule other than Constant
+
 def augment(
     images: np.ndarray,
-    puzzle: Puzzle | None = None,
+    puzzle: "Puzzle | np.ndarray | None" = None,
     rng: np.random.Generator | None = None,
     transform: str | None = None,
 ) -> np.ndarray:
     """The same transform on all 16 panels; with a Position rule present (or no puzzle given) only the identity moves
-    nothing."""
+    nothing. `puzzle` may be RAVEN's `meta_matrix` of the puzzle instead (real datasets' files)."""
     rng = rng or np.random.default_rng()
-    has_pos_rule = puzzle is None or any(r.attribute == "Position" and r.rule != "Constant" for r in puzzle.rules)
+    has_pos_rule = puzzle is None or has_position_rule(puzzle)
     allowed = ("identity",) if has_pos_rule else TRANSFORMS
     t = transform or allowed[rng.integers(len(allowed))]
     if t not in TRANSFORMS: raise ValueError(f"transform must be one of {TRANSFORMS}, got {t!r}")
