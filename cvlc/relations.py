@@ -392,8 +392,9 @@ class RelationalGrounding(nn.Module):
         valid = ids >= 0
         out = torch.zeros(*ids.shape, self.language.dim, device=next(self.parameters()).device)
         if valid.any():
-            h, m = self.language(ids[valid])
-            out[valid.to(out.device)] = masked_mean(h, content_mask(m))
+            uniq, inv = ids[valid].unique(return_inverse=True)      # a phrase repeated in the batch runs once
+            h, m = self.language(uniq)
+            out[valid.to(out.device)] = masked_mean(h, content_mask(m))[inv.to(out.device)]
         return out, valid.to(out.device)
 
     def forward(self, batch: dict) -> dict[str, Tensor]:
