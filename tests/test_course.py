@@ -69,18 +69,24 @@ def chromium() -> str:
     return exe
 
 
-class _Links(html.parser.HTMLParser):
+class _Page(html.parser.HTMLParser):
+    """A page's element ids, its links (href / src of a, link, script, img), and each <a href> with its class and the
+    class of the <nav> / <aside> it sits in (attribute order does not matter)."""
     def __init__(self):
-        super().__init__(); self.links, self.ids = [], set()
+        super().__init__(); self.ids, self.links, self.anchors, self.where = set(), [], [], []
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if "id" in a: self.ids.add(a["id"])
         for k in ("href", "src"):
             if a.get(k) and tag in ("a", "link", "script", "img"): self.links.append(a[k])
+        if tag in ("nav", "aside"): self.where.append(a.get("class", ""))
+        if tag == "a" and a.get("href"): self.anchors.append((self.where[-1] if self.where else "", a.get("class", ""), a["href"]))
+    def handle_endtag(self, tag):
+        if tag in ("nav", "aside") and self.where: self.where.pop()
 
 
 def _parse(text):
-    p = _Links(); p.feed(text); return p
+    p = _Page(); p.feed(text); return p
 
 
 @pytest.fixture(scope="module")
@@ -209,22 +215,6 @@ def test_kernel_noise_is_tidied_from_printed_text():
     assert tidy_stream("cvlc: 1 chapter(s) into /tmp/tmp7hio0jes\n") == "cvlc: 1 chapter(s) into ...\n"
 
 
-class _Anchors(html.parser.HTMLParser):
-    "Each <a href> of a page with its class and the class of the <nav> / <aside> it sits in (attribute order does not matter)."
-    def __init__(self):
-        super().__init__(); self.where, self.anchors = [], []
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag in ("nav", "aside"): self.where.append(a.get("class", ""))
-        if tag == "a" and a.get("href"): self.anchors.append((self.where[-1] if self.where else "", a.get("class", ""), a["href"]))
-    def handle_endtag(self, tag):
-        if tag in ("nav", "aside") and self.where: self.where.pop()
-
-
-def _anchors(text):
-    p = _Anchors(); p.feed(text); return p.anchors
-
-
 def test_every_page_has_the_sidebar_prev_next_and_toc(site):
     "Each page lists every page in sidebar order, links to its neighbours in that order, and has a table of contents."
     out, _, _ = site
@@ -232,7 +222,7 @@ def test_every_page_has_the_sidebar_prev_next_and_toc(site):
     order = [page_name(nb) for _, group in nav_sections(notebooks()) for nb in group]
     for k, page in enumerate(order):
         text = (out / page).read_text()
-        links = _anchors(text)
+        links = _parse(text).anchors
         depth = "../" * page.count("/")
         side = [h for nav, cls, h in links if nav == "cvlc-nav" and cls != "cvlc-home"]
         assert side == [depth + p for p in order], f"{page}: the sidebar is not the site's page list"
@@ -252,7 +242,7 @@ def test_chapter_pages_link_their_paper_colab_and_profile(site):
     from fastcore.nbio import md_frontmatter, read_nb
     for ch in chapters():
         text = (out / page_name(ch.path)).read_text()
-        hrefs = [h for _, _, h in _anchors(text)]
+        hrefs = [h for _, _, h in _parse(text).anchors]
         assert f"https://colab.research.google.com/github/cvlc-course/cvlc/blob/main/nbs/{ch.path.name}" in hrefs, ch.name
         assert 'Outputs from a <code>PROFILE="smoke"</code> run' in text, f"{ch.name}: the page does not say which run its outputs come from"
         fm = next(md_frontmatter(c.source) for c in read_nb(ch.path).cells if c.cell_type == "markdown")
