@@ -602,6 +602,7 @@ def _counted(p: Puzzle) -> list[Rule]:
     ]
 
 _RAVEN_ROWS = ("Number/Position", "Type", "Size", "Color")     # one component's rule group in RAVEN's files
+_MM_SHAPE = (N_COMPONENTS * len(_RAVEN_ROWS), len(RULES) + len(ATTRIBUTES))     # (8, 9)
 RAVEN_FOLDERS = {                                               # configuration -> the datasets' folder name
     "center_single": "center_single",
     "distribute_four": "distribute_four",
@@ -617,7 +618,7 @@ def meta_matrix(p: Puzzle) -> np.ndarray:
     Color in that order, each row the rule's bit [Constant, Progression, Arithmetic, Distribute_Three] and its
     attribute bits [Number, Position, Type, Size, Color] (a Constant layout sets Number and Position); rows of a
     missing second component are 0."""
-    m = np.zeros((N_COMPONENTS * len(_RAVEN_ROWS), 9), np.uint8)
+    m = np.zeros(_MM_SHAPE, np.uint8)
     for r in p.rules:
         layout = r.attribute in ("Number", "Position")
         row = len(_RAVEN_ROWS) * r.component + (0 if layout else _RAVEN_ROWS.index(r.attribute))
@@ -641,9 +642,9 @@ def sparse_from_meta_matrix(mm: np.ndarray) -> np.ndarray:
     files carry no sparse labels): bit `sparse_index(component, attribute, rule)` for every attribute bit of every
     row, rows 0-3 being component 0 and rows 4-7 component 1."""
     mm = np.asarray(mm)
-    if mm.shape[-2:] != (N_COMPONENTS * len(_RAVEN_ROWS), 9):
+    if mm.shape[-2:] != _MM_SHAPE:
         raise ValueError(f"meta_matrix must be (..., 8, 9), got {mm.shape}")
-    g = mm.reshape(*mm.shape[:-2], N_COMPONENTS, len(_RAVEN_ROWS), 9) > 0
+    g = mm.reshape(*mm.shape[:-2], N_COMPONENTS, len(_RAVEN_ROWS), _MM_SHAPE[1]) > 0
     both = np.einsum("...kr,...ka->...ar", g[..., :4].astype(np.int64), g[..., 4:].astype(np.int64))
     return (both > 0).reshape(*mm.shape[:-2], SPARSE_BITS).astype(np.int8)     # (component, attribute, rule) order
 
@@ -671,6 +672,11 @@ class RPMSet:
     seed: int
 
     def __len__(self) -> int: return len(self.target)
+
+    @property
+    def configurations(self) -> list[str]:
+        "Each puzzle's configuration."
+        return [p.configuration for p in self.puzzles]
 
     def rule_table(self, i: int) -> list[tuple[int, str, str, int]]:
         "Puzzle i's rules as (component, attribute, rule, parameter)."
@@ -784,9 +790,9 @@ def has_position_rule(rules: "Puzzle | np.ndarray") -> bool:
     "Whether a puzzle, or RAVEN's `meta_matrix` of one, has a Position rule other than Constant (flips would break it)."
     if isinstance(rules, Puzzle): return any(r.attribute == "Position" and r.rule != "Constant" for r in rules.rules)
     m = np.asarray(rules)
-    if m.shape != (N_COMPONENTS * len(_RAVEN_ROWS), 9):
-        raise ValueError(f"need a Puzzle or an (8, 9) meta_matrix, got {m.shape}")
-    return bool(((m[:, 5] > 0) & (m[:, 0] == 0)).any())          # Position bit set by a rule other than Constant
+    if m.shape != _MM_SHAPE: raise ValueError(f"need a Puzzle or an (8, 9) meta_matrix, got {m.shape}")
+    position, constant = m[:, len(RULES) + ATTRIBUTES.index("Position")] > 0, m[:, RULES.index("Constant")] > 0
+    return bool((position & ~constant).any())
 
 def augment(
     images: np.ndarray,

@@ -407,7 +407,7 @@ def render_scene(scene: Scene) -> np.ndarray:
 PREDICATES = ("left of", "right of", "above", "below", "near", "far from", "larger than", "smaller than",
               "same color as", "same shape as", "same size as", "same fill as")
 N_GEOMETRIC = 8                          # the first 8 predicates are read off the boxes and size classes
-SAME_AS = {"same shape as": 0, "same color as": 1, "same size as": 2, "same fill as": 3}   # predicate -> attribute
+SAME_AS = {f"same {a} as": k for k, a in enumerate(ATTRS)}   # predicate -> index of the attribute it compares
 CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above", "near": "near",
             "far from": "far from", "larger than": "smaller than", "smaller than": "larger than",
             **{p: p for p in SAME_AS}}
