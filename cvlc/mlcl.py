@@ -32,14 +32,20 @@ from .training import Checkpoint, make_learner
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e012
 class PanelEncoder(nn.Module):
-    "N_v: a grey panel (S x S, uint8 or float in [0, 1]) -> a `dim`-vector, by stride-2 convolutions with BatchNorm."
-    def __init__(self, size: int = 32, dim: int = 64, widths: Sequence[int] = (8, 16, 16)):
+    """N_v: a grey panel (S x S, uint8 or float in [0, 1]) -> a `dim`-vector: a patch embedding (kernel = stride =
+    `patch`), stride-2 3 x 3 convolutions, BatchNorm, a linear layer."""
+    def __init__(self, size: int = 32, dim: int = 64, widths: Sequence[int] = (16, 16), patch: int = 4):
         super().__init__()
+        if not widths or patch < 1: raise ValueError(f"need at least one width and patch >= 1, got {widths}, {patch}")
         layers, c, s = [], 1, size
-        for w in widths:
-            layers += [nn.Conv2d(c, w, 3, 2, 1), nn.BatchNorm2d(w), nn.ReLU(inplace=True)]
-            c, s = w, (s + 1) // 2
-        self.conv, self.fc = nn.Sequential(*layers), nn.Linear(c * s * s, dim)
+        for i, w in enumerate(widths):
+            k, stride, pad = (patch, patch, 0) if i == 0 else (3, 2, 1)
+            layers += [nn.Conv2d(c, w, k, stride, pad), nn.BatchNorm2d(w), nn.ReLU(inplace=True)]
+            c, s = w, (s + 2 * pad - k) // stride + 1
+        if s < 1:
+            raise ValueError(f"{size}-pixel panels are too small for patch={patch} and {len(widths)} convolutions")
+        self.conv = nn.Sequential(*layers).to(memory_format=torch.channels_last)   # the faster layout on CPUs
+        self.fc = nn.Linear(c * s * s, dim)
         self.size, self.dim = size, dim
 
     def forward(self, panels: Tensor) -> Tensor:
@@ -48,7 +54,8 @@ class PanelEncoder(nn.Module):
             raise ValueError(f"panels must be (..., {self.size}, {self.size}), got shape {tuple(panels.shape)}")
         x = panels.float() / 255 if not panels.is_floating_point() else panels
         lead = x.shape[:-2]
-        return self.fc(self.conv(x.reshape(-1, 1, self.size, self.size)).flatten(1)).reshape(*lead, self.dim)
+        x = x.reshape(-1, 1, self.size, self.size).contiguous(memory_format=torch.channels_last)
+        return self.fc(self.conv(x).flatten(1)).reshape(*lead, self.dim)
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e015
 def _check_panels(p: Tensor) -> None:
@@ -118,10 +125,10 @@ class AuxHead(nn.Module):
 class RPMSolver(nn.Module):
     "N_v + N_r + psi, with the auxiliary rule head rho (`aux_bits` > 0) and the contrastive projection g."
     def __init__(self, size: int = 32, dim: int = 64, hidden: int = 64, reasoner: str = "scl", aux_bits: int = 0,
-                 proj_dim: int = 128, widths: Sequence[int] = (8, 16, 16)):
+                 proj_dim: int = 128, widths: Sequence[int] = (16, 16), patch: int = 4):
         super().__init__()
         if reasoner not in ("scl", "wren"): raise ValueError(f"reasoner must be 'scl' or 'wren', got {reasoner!r}")
-        self.encoder = PanelEncoder(size, dim, widths)
+        self.encoder = PanelEncoder(size, dim, widths, patch)
         self.reasoner = SCLReasoner(dim, out=hidden) if reasoner == "scl" else WReNReasoner(dim, out=hidden)
         self.psi = nn.Linear(hidden, 1)
         self.aux = AuxHead(hidden, aux_bits) if aux_bits else None
@@ -168,7 +175,8 @@ class RPMTrainConfig:
     reasoner: str = "scl"
     dim: int = 64
     hidden: int = 64
-    widths: tuple = (8, 16, 16)
+    widths: tuple = (16, 16)            # the panel encoder's convolutions
+    patch: int = 4                      # its patch embedding
 
     def __post_init__(self):
         if self.method not in METHODS: raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
@@ -294,6 +302,7 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         config.reasoner,
         aux_bits(config.method),
         widths=config.widths,
+        patch=config.patch,
     )
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=get("puzzles") if config.augment else None, augment_panels=config.augment)
