@@ -520,6 +520,16 @@ class RavenSet:
         by_folder = {v: k for k, v in RAVEN_FOLDERS.items()}
         return [by_folder.get(Path(f).parent.name) for f in self.files]
 
+    def __len__(self) -> int: return len(self.target)
+
+    def select(self, idx) -> "RavenSet":
+        "The puzzles at `idx` (indices, in that order, or a boolean mask) as a new RavenSet."
+        idx = np.asarray(idx)
+        idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(int)
+        mm = None if self.meta_matrix is None else self.meta_matrix[idx]
+        return RavenSet(self.images[idx], self.target[idx], self.meta_target[idx], [self.structure[i] for i in idx],
+                        [self.files[i] for i in idx], mm)
+
 def _structure_names(st) -> tuple[str, ...]:
     "The `structure` array of a RAVEN file (bytes from the Python 2 generators, or str) as a tuple of names."
     return tuple(s.decode() if isinstance(s, bytes) else str(s) for s in np.asarray(st).reshape(-1).tolist())

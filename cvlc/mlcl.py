@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
            'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'aux_bits', 'rpm_loss', 'rpm_batches', 'rpm_accuracy',
-           'RavenFiles', 'resize_panels', 'raven_data', 'train_rpm', 'random_candidates']
+           'rule_source', 'resize_panels', 'raven_data', 'train_rpm', 'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -26,7 +26,7 @@ from torch import Tensor
 from .core import seed_everything
 from .losses import multilabel_supcon
 from .models import ProjectionHead
-from .data import load_raven
+from .data import RavenSet, load_raven
 from .rpm import Puzzle, augment
 from .training import Checkpoint, make_learner
 
@@ -245,18 +245,13 @@ def rpm_accuracy(model: nn.Module, images: np.ndarray, target: np.ndarray, batch
         )
     return hits / len(images)
 
-@dataclass
-class RavenFiles:
-    """Matrices read from RAVEN / I-RAVEN files, laid out as an `RPMSet` for `train_rpm`: RAVEN's meta matrices stand in
-    for the symbolic puzzles, and `configurations` names each matrix's configuration."""
-    images: np.ndarray
-    target: np.ndarray
-    meta_target: np.ndarray
-    sparse: np.ndarray
-    puzzles: list
-    configurations: list
-
-    def __len__(self) -> int: return len(self.target)
+def rule_source(data) -> Sequence:
+    """What augmentation reads the Position rules from: the symbolic puzzles of an `RPMSet` (or a dict's 'puzzles'), or
+    the meta matrices of a `cvlc.data.RavenSet` read from the datasets' files."""
+    if isinstance(data, dict): return data["puzzles"]
+    for name in ("puzzles", "meta_matrix"):
+        if getattr(data, name, None) is not None: return getattr(data, name)
+    raise ValueError("augmentation needs the symbolic puzzles or RAVEN's meta matrices, and the data has neither")
 
 def resize_panels(images: np.ndarray, size: int, chunk: int = 256) -> np.ndarray:
     "(n, 16, H, W) uint8 panels to (n, 16, size, size) by area averaging (160 px files to the paper's 80 px)."
@@ -266,17 +261,15 @@ def resize_panels(images: np.ndarray, size: int, chunk: int = 256) -> np.ndarray
         out[s : s + chunk] = F.interpolate(x, size=(size, size), mode="area").round().clamp(0, 255).byte().numpy()
     return out
 
-def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str] | None = None) -> RavenFiles:
+def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str] | None = None) -> RavenSet:
     """One split of the RAVEN / I-RAVEN files under `folder`, of the given `configurations` (cvlc's names; None: all),
-    panels resized to `size`, with RAVEN's dense labels and the sparse labels rebuilt from the meta matrices."""
+    panels area-resized to `size`: a `cvlc.data.RavenSet`, whose meta matrices give the sparse labels and the rules."""
     rv, _ = load_raven(folder, split)
-    conf = rv.configurations
-    keep = [i for i, c in enumerate(conf) if configurations is None or c in configurations]
-    if not keep: raise ValueError(f"no {split} matrix of configurations {configurations} under {folder}")
-    images = rv.images[keep]
-    if images.shape[-1] != size: images = resize_panels(images, size)
-    mm = rv.meta_matrix[keep]
-    return RavenFiles(images, rv.target[keep], rv.meta_target[keep], rv.sparse[keep], list(mm), [conf[i] for i in keep])
+    if rv.meta_matrix is None:
+        raise ValueError(f"the {split} files under {folder} lack meta_matrix, which the sparse labels need")
+    rv = rv.select([i for i, c in enumerate(rv.configurations) if configurations is None or c in configurations])
+    if not len(rv): raise ValueError(f"no {split} matrix of configurations {configurations} under {folder}")
+    return rv if rv.images.shape[-1] == size else replace(rv, images=resize_panels(rv.images, size))
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e040
 def _fit(learn, epochs: int, progress: bool) -> None:
@@ -287,8 +280,8 @@ def _fit(learn, epochs: int, progress: bool) -> None:
 
 def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: int | None = None, checkpoint=None,
               progress: bool = False):
-    """Train an RPMSolver on `data` (an RPMSet, or a dict with images, target, meta_target, sparse and puzzles); returns
-    the model and its History."""
+    """Train an RPMSolver on `data` (an RPMSet, a RavenSet, or a dict with images, target, meta_target, sparse and
+    puzzles); returns the model and its History."""
     config = config or RPMTrainConfig()
     if config.three_phase and checkpoint is not None:
         raise ValueError("checkpoints resume single-phase runs; three_phase runs are not checkpointed")
@@ -305,7 +298,7 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         patch=config.patch,
     )
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
-                     puzzles=get("puzzles") if config.augment else None, augment_panels=config.augment)
+                     puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment)
     phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
     if config.three_phase:
         e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2

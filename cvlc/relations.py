@@ -8,10 +8,10 @@ Docs: https://cvlc-course.github.io/cvlc/vgbert.html.md"""
 __all__ = ['presence_targets', 'PresenceClassifier', 'presence_loss', 'StageConfig', 'train_presence', 'match_map',
            'match_similarity', 'content_mask', 'grounding_loss', 'BankLanguage', 'freeze_cnn', 'GroundingModel',
            'CaptionBatches', 'retrieval_matrix', 'retrieval_recall', 'train_grounding', 'object_class',
-           'relation_examples', 'RelationBatches', 'CrossModalAttention', 'BilinearRelations', 'relation_losses',
-           'RelationalGrounding', 'relational_loss', 'relation_report', 'train_relations', 'word_vectors',
-           'standardize', 'principal_axes', 'modified_silhouette', 'neighbours', 'composition_rank', 'SearchHeads',
-           'image_keys', 'text_queries', 'search_query', 'occlusion_map']
+           'relation_examples', 'RelationBatches', 'CrossModalAttention', 'BilinearRelations', 'other_truths',
+           'relation_losses', 'RelationalGrounding', 'relational_loss', 'relation_report', 'train_relations',
+           'word_vectors', 'standardize', 'principal_axes', 'modified_silhouette', 'neighbours', 'composition_rank',
+           'SearchHeads', 'image_keys', 'text_queries', 'search_query', 'occlusion_map']
 
 # %% ../nbs/14_vgbert.ipynb #v14c0005
 from .core import require_extra
@@ -348,6 +348,12 @@ class BilinearRelations(nn.Module):
         r = self.proj(objects)
         return torch.einsum("bsd,pde,boe->bpso", r, self.matrices(), r)
 
+def other_truths(holds: Tensor, triplets: Tensor) -> Tensor:
+    """(T, P): for each triplet (image, predicate, subject, object) of `holds` (B, P, O, O), the other predicates that
+    also hold for its pair (its own predicate False)."""
+    b, p, s, o = triplets.T
+    return holds[b, :, s, o] & ~F.one_hot(p, holds.shape[1]).bool()
+
 def relation_losses(
     scores: Tensor, triplets: Tensor, holds: Tensor, temperature: float = 1.0, multilabel: bool = False
 ) -> dict[str, Tensor]:
@@ -366,9 +372,8 @@ def relation_losses(
     if len(triplets) and not bool(holds[b, p, s, o].all()):
         raise ValueError("every triplet must hold (holds[b, p, s, o] True)")
     eye = torch.eye(len(triplets), dtype=torch.bool, device=scores.device)
-    own = F.one_hot(p, scores.shape[1]).bool()
-    keep = ~holds[b, :, s, o] | own if multilabel else None                       # multi-label: other truths out
-    rel = contrastive(scores[b, :, s, o] / temperature, own.to(scores.dtype), keep)
+    keep = ~other_truths(holds, triplets) if multilabel else None                 # multi-label: other truths out
+    rel = contrastive(scores[b, :, s, o] / temperature, F.one_hot(p, scores.shape[1]).to(scores.dtype), keep)
     cross = scores[b[None, :], p[:, None], s[None, :], o[None, :]]                  # [i, j]: pair j under predicate p_i
     cand = ~holds[b[None, :], p[:, None], s[None, :], o[None, :]] | eye
     obj = contrastive(cross / temperature, eye.to(scores.dtype), cand)
@@ -435,8 +440,7 @@ def relation_report(
         hits += int((out["logits"].argmax(-1) == c)[c >= 0].sum()); n_obj += int((c >= 0).sum())
         t = b["holds"].nonzero()
         sc = out["scores"].cpu()[t[:, 0], :, t[:, 2], t[:, 3]]
-        other = b["holds"][t[:, 0], :, t[:, 2], t[:, 3]] & ~F.one_hot(t[:, 1], sc.shape[1]).bool()
-        rel_scores.append(sc.masked_fill(other, float("-inf"))); rel_target.append(t[:, 1])
+        rel_scores.append(sc.masked_fill(other_truths(b["holds"], t), float("-inf"))); rel_target.append(t[:, 1])
     scores, target = torch.cat(rel_scores), torch.cat(rel_target)
     out = {"object_acc": hits / max(n_obj, 1), **{f"rel@{k}": v for k, v in topk_accuracy(scores, target, ks).items()}}
     for name, sel in (("geometric", target < N_GEOMETRIC), ("appearance", target >= N_GEOMETRIC)):
