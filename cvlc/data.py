@@ -14,7 +14,7 @@ __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'G
 # %% ../nbs/04_data.ipynb #396880ac
 import json, os, re, warnings, xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -526,9 +526,9 @@ class RavenSet:
         "The puzzles at `idx` (indices, in that order, or a boolean mask) as a new RavenSet."
         idx = np.asarray(idx)
         idx = np.flatnonzero(idx) if idx.dtype == bool else idx.astype(int)
-        mm = None if self.meta_matrix is None else self.meta_matrix[idx]
-        return RavenSet(self.images[idx], self.target[idx], self.meta_target[idx], [self.structure[i] for i in idx],
-                        [self.files[i] for i in idx], mm)
+        return replace(self, images=self.images[idx], target=self.target[idx], meta_target=self.meta_target[idx],
+                       structure=[self.structure[i] for i in idx], files=[self.files[i] for i in idx],
+                       meta_matrix=None if self.meta_matrix is None else self.meta_matrix[idx])
 
 def _structure_names(st) -> tuple[str, ...]:
     "The `structure` array of a RAVEN file (bytes from the Python 2 generators, or str) as a tuple of names."

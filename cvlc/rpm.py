@@ -645,7 +645,8 @@ def sparse_from_meta_matrix(mm: np.ndarray) -> np.ndarray:
     if mm.shape[-2:] != _MM_SHAPE:
         raise ValueError(f"meta_matrix must be (..., 8, 9), got {mm.shape}")
     g = mm.reshape(*mm.shape[:-2], N_COMPONENTS, len(_RAVEN_ROWS), _MM_SHAPE[1]) > 0
-    both = np.einsum("...kr,...ka->...ar", g[..., :4].astype(np.int64), g[..., 4:].astype(np.int64))
+    rules, attrs = g[..., : len(RULES)].astype(np.int64), g[..., len(RULES) :].astype(np.int64)
+    both = np.einsum("...kr,...ka->...ar", rules, attrs)
     return (both > 0).reshape(*mm.shape[:-2], SPARSE_BITS).astype(np.int8)     # (component, attribute, rule) order
 
 def sparse_rules(p: Puzzle, convention: str = "cvlc") -> np.ndarray:
