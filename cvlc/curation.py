@@ -26,14 +26,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
-from fastai.optimizer import OptimWrapper
 
 from .core import seed_everything
 from .losses import dynamic_margin_triplet, scaled_supcon
 from .metrics import consensus_score, normalize_answer, vqa_score
 from .models import MultimodalTransformer, ProjectionHead, TextEncoder, WordTokenizer
 from .paraphrase import text_of
-from .training import Alternate, IndexedBatches, Joint, PretrainFinetune, index_batches, make_learner
+from .training import (Alternate, IndexedBatches, Joint, PretrainFinetune, index_batches, make_learner,
+                           torch_optimizer)
 from .world import ATTRS, VALUES
 
 # %% ../nbs/12_conclat.ipynb #c12c0011
@@ -387,7 +387,6 @@ class TrainConfig:
     wd: float | None = None
     align_every: int = 0              # joint scheme: log the gradients' dot product every this many steps (0: never)
 
-def _adam(params, **kw): return OptimWrapper(params, torch.optim.Adam, **kw)   # PyTorch's Adam (foreach), under fastai
 
 def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: TrainConfig = TrainConfig(),
               neighbours: Tensor | None = None, seed: int = 0):
@@ -418,7 +417,7 @@ def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: 
         else:
             cbs.append(PretrainFinetune(cur, loss, epochs, name="contrastive"))
             epochs *= 2
-    learn = make_learner(model, ce_dl, None, ce_loss, lr=config.lr, wd=config.wd, opt_func=_adam, cbs=cbs)
+    learn = make_learner(model, ce_dl, None, ce_loss, lr=config.lr, wd=config.wd, opt_func=torch_optimizer(torch.optim.Adam), cbs=cbs)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(epochs, config.lr)
     return model, learn
 

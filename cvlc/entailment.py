@@ -34,7 +34,7 @@ from .core import seed_everything
 from .losses import contrastive
 from .metrics import entail_at_k, precision_recall_fbeta, recall_at_k
 from .models import ProjectionHead, SentenceBank, VisualStream, masked_mean
-from .training import WeakPositives, embed, fit_steps, index_batches
+from .training import WeakPositives, embed, fit_steps, index_batches, torch_optimizer
 from .world import ATTRS, LF, caption_text, entails, truth_matrix
 
 # %% ../nbs/15_entailment.ipynb #e15c0015
@@ -331,7 +331,7 @@ def train_classifier(
     visual: VisualStream | None = None,
     text: Callable[[SentenceBank, int], nn.Module] = BankText,
 ) -> EntailmentClassifier:
-    """Train an EntailmentClassifier on a (concatenated) entailment set for about `config.steps` updates (one-cycle
+    """Train an EntailmentClassifier on a (concatenated) entailment set for exactly `config.steps` updates (one-cycle
     schedule);
     its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight."""
     config = config or ClassifierConfig()
@@ -350,6 +350,8 @@ def train_classifier(
         config.lr,
         config.wd,
         [ImageMasking()] if config.masking else [],
+        opt_func=torch_optimizer(),                                      # AdamW, as the paper
+        exact=True,                                                      # every row of Table 3 trains as long
     )
     return model
 
@@ -357,9 +359,10 @@ def train_classifier(
 class DualEncoder(nn.Module):
     """Images through a VisualStream + projection; captions as mean-pooled frozen token states + projection; a learned
     temperature."""
-    def __init__(self, bank: SentenceBank, dim: int = 128, out: int = 128, temperature: float = 0.07):
+    def __init__(self, bank: SentenceBank, dim: int = 128, out: int = 128, temperature: float = 0.07,
+                 widths: Sequence[int] = (32, 64, 128), attention: bool = True):
         super().__init__()
-        self.bank, self.visual = bank, VisualStream(dim)
+        self.bank, self.visual = bank, VisualStream(dim, widths, attention=attention)
         self.img, self.txt = ProjectionHead(dim, dim, out), ProjectionHead(bank.dim, dim, out)
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / temperature)))
     def encode_image(self, x: Tensor) -> Tensor: return self.img(self.visual(x))
@@ -430,12 +433,15 @@ class WeakOfBatch(WeakPositives):
 
 @dataclass
 class RetrievalConfig:
-    "Training settings of the dual encoder."
+    "Training settings and visual-stream sizes of the dual encoder (`dim` is also the classifier's width)."
     steps: int = 200
     batch_size: int = 64
     lr: float = 2e-3
     wd: float = 0.02
     alpha: float = 0.3           # the weak positives' learning-rate factor (the paper: 0.3)
+    dim: int = 128
+    widths: tuple = (32, 64, 128)
+    attention: bool = True       # the visual stream's self-attention layer
 
 def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: SentenceBank, known: Tensor | None = None,
                     weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0) -> DualEncoder:
@@ -444,7 +450,7 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
     trained on as weak positives (WeakOfBatch). Both None: training as usual."""
     config = config or RetrievalConfig()
     seed_everything(seed)
-    model = DualEncoder(bank)
+    model = DualEncoder(bank, config.dim, widths=config.widths, attention=config.attention)
     dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed)
     fit_steps(
         model,
@@ -454,6 +460,8 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
         config.lr,
         config.wd,
         [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [],
+        opt_func=torch_optimizer(),
+        exact=True,
     )
     return model
 

@@ -1,4 +1,4 @@
-"""The papers' evaluation metrics, exact and vectorised: VQA score, Consensus Score CS(k), Recall@K with many positives, Entail@K, pointing accuracy, box recall, top-k accuracy, F0.5, alignment and uniformity.
+"""The papers' evaluation metrics, exact and vectorised: VQA score, Consensus Score CS(k), Recall@K with many positives, Entail@K, pointing accuracy, box recall, top-k accuracy, F0.5, alignment and uniformity; and one rule for comparing results over seeds.
 
 Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 
@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 # %% auto #0
 __all__ = ['normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
-           'precision_recall_fbeta', 'alignment', 'uniformity']
+           'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'spread_verdict', 'seed_verdict']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import math, re
@@ -298,3 +298,33 @@ def uniformity(x: Tensor, t: float = 2.0, normalize: bool = True) -> Tensor:
     if normalize: x = torch.nn.functional.normalize(x, dim=1)
     e = -t * torch.pdist(x).pow(2)
     return torch.logsumexp(e, 0) - math.log(len(e))
+
+# %% ../nbs/05_metrics.ipynb #59b619e2
+def mean_sd(values) -> tuple[float, float]:
+    "Mean and sample standard deviation (ddof 1; 0 for a single value) of per-seed scores."
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1 or len(v) == 0: raise ValueError(f"values must be a non-empty 1-D sequence, got shape {v.shape}")
+    if not np.isfinite(v).all(): raise ValueError("values contain NaN or infinity")
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
+
+def spread_verdict(d: float, spread: float, one_seed: bool = False) -> str:
+    "The verdict on a difference `d` that the claim says is positive, against the seeds' `spread` (see `seed_verdict`)."
+    if d <= 0: return "does not hold"
+    if one_seed: return "direction only, one seed"
+    return "holds" if d > spread else "within the seeds' spread"
+
+def seed_verdict(a, b) -> tuple[float, str]:
+    """Does row `a` beat row `b` (higher is better)? `a`, `b`: per-seed scores, (seeds,) or (seeds, metrics) averaged
+    over metrics. Returns the mean difference and its verdict: beyond the sum of the two sample standard deviations,
+    within it, not positive, or one seed only."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.ndim == 1: a = a[:, None]
+    if b.ndim == 1: b = b[:, None]
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or not len(a) or not len(b):
+        raise ValueError(
+            f"a and b must be (seeds,) or (seeds, metrics) arrays with the same metrics, got {a.shape} and {b.shape}"
+        )
+    stats = [(mean_sd(a[:, j]), mean_sd(b[:, j])) for j in range(a.shape[1])]
+    d = float(np.mean([ma - mb for (ma, _), (mb, _) in stats]))
+    spread = float(np.mean([sa + sb for (_, sa), (_, sb) in stats]))
+    return d, spread_verdict(d, spread, one_seed=min(len(a), len(b)) == 1)

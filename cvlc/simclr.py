@@ -246,7 +246,8 @@ class AlignUniform(Callback):
 @dataclass(frozen=True)
 class SimCLRConfig:
     """One SimCLR run: batch size, temperature, epochs, learning rate, projection size, encoder sizes and the
-    augmentation."""
+    augmentation. The encoder is the course's `VisualStream`, by default without its self-attention layer: SimCLR's f
+    is a plain CNN (a ResNet in the paper)."""
     batch_size: int = 128
     temperature: float = 0.5
     epochs: int = 5
@@ -254,6 +255,7 @@ class SimCLRConfig:
     proj_dim: int = 128
     dim: int = 64
     widths: tuple = (32, 64, 64)
+    attention: bool = False
     augment: SimCLRAugment = SimCLRAugment()
     optimizer: str = "adam"                 # or "sgd" (plain, no momentum)
 
@@ -263,6 +265,10 @@ class SimCLRConfig:
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be at least 2 (a positive needs a negative), got {self.batch_size}")
         if not self.temperature > 0: raise ValueError(f"temperature must be positive, got {self.temperature}")
+
+    def encoder(self) -> VisualStream:
+        "A freshly initialised encoder f of this configuration's sizes."
+        return VisualStream(self.dim, self.widths, attention=self.attention)
 
 def image_batches(images: Tensor, batch_size: int, seed: int, shuffle: bool = True):
     """A DataLoader of {'image'} batches over an (N, 3, H, W) tensor, shuffled by its own generator, without a last
@@ -291,7 +297,7 @@ def train_simclr(
     if len(images) < config.batch_size:
         raise ValueError(f"{len(images)} images cannot fill one batch of {config.batch_size}")
     seed_everything(seed)
-    model = SimCLRModel(VisualStream(config.dim, config.widths), config.proj_dim)
+    model = SimCLRModel(config.encoder(), config.proj_dim)
     loss = lambda z, b: nt_xent(z, config.temperature, distributed=distributed)
     cbs = [TwoViews(config.augment, seed)]
     if distributed: cbs.append(DistributedTrainer())
@@ -347,7 +353,7 @@ def train_supervised(
     seed_everything(seed)
     targets = {k: v - v.min() if v.ndim == 1 else v.float() for k, v in labels.items()}   # class labels from 0
     sizes = {k: int(t.max()) + 1 if t.ndim == 1 else t.shape[1] for k, t in targets.items()}
-    model = _Supervised(VisualStream(config.dim, config.widths), sizes, seed)
+    model = _Supervised(config.encoder(), sizes, seed)
     def loss(out, b):
         return sum(
             F.cross_entropy(out[k], b[k]) if b[k].ndim == 1 else F.binary_cross_entropy_with_logits(out[k], b[k])
@@ -364,12 +370,13 @@ def train_supervised(
 # %% ../nbs/10_simclr.ipynb #ad79ffd7
 def save_encoder(model: SimCLRModel, config: SimCLRConfig, path) -> Path:
     "Save the encoder f of a SimCLR model with the sizes needed to rebuild it."
-    return save_checkpoint({"dim": config.dim, "widths": list(config.widths), "state_dict": model.f.state_dict()}, path)
+    sizes = {"dim": config.dim, "widths": list(config.widths), "attention": config.attention}
+    return save_checkpoint({**sizes, "state_dict": model.f.state_dict()}, path)
 
 def load_encoder(path) -> VisualStream:
     "The VisualStream saved by `save_encoder` (weights only, safe to load)."
     st = load_checkpoint(path)
-    enc = VisualStream(st["dim"], tuple(st["widths"]))
+    enc = VisualStream(st["dim"], tuple(st["widths"]), attention=st.get("attention", True))   # older files had it
     enc.load_state_dict(st["state_dict"])
     return enc
 
