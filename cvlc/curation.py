@@ -417,7 +417,9 @@ def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: 
         else:
             cbs.append(PretrainFinetune(cur, loss, epochs, name="contrastive"))
             epochs *= 2
-    learn = make_learner(model, ce_dl, None, ce_loss, lr=config.lr, wd=config.wd, opt_func=torch_optimizer(torch.optim.Adam), cbs=cbs)
+    learn = make_learner(
+        model, ce_dl, None, ce_loss, lr=config.lr, wd=config.wd, opt_func=torch_optimizer(torch.optim.Adam), cbs=cbs
+    )
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(epochs, config.lr)
     return model, learn
 

@@ -299,7 +299,7 @@ def uniformity(x: Tensor, t: float = 2.0, normalize: bool = True) -> Tensor:
     e = -t * torch.pdist(x).pow(2)
     return torch.logsumexp(e, 0) - math.log(len(e))
 
-# %% ../nbs/05_metrics.ipynb #59b619e2
+# %% ../nbs/05_metrics.ipynb #a4094a1c
 def mean_sd(values) -> tuple[float, float]:
     "Mean and sample standard deviation (ddof 1; 0 for a single value) of per-seed scores."
     v = np.asarray(values, dtype=float)
