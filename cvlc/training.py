@@ -14,7 +14,7 @@ from .core import require_extra
 require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear message, not a bare ImportError
 
 # %% ../nbs/07_training.ipynb #8b245d0a
-import math, random, warnings
+import itertools, math, random, warnings
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -118,6 +118,15 @@ class IndexedBatches:
     def __iter__(self):
         for idx in index_batches(self.n, self.bs, self.g, self.shuffle): yield self.get(idx)
 
+def _cycle_batches(dl: Iterable, who: str = "the loader"):
+    "The batches of `dl` without end, restarting it whenever it ends; an error if one pass yields nothing."
+    while True:
+        empty = True
+        for b in dl:
+            empty = False
+            yield b
+        if empty: raise ValueError(f"{who}: its loader yields no batch")
+
 class CycledBatches:
     """Exactly `steps` batches of `dl` per epoch, restarting `dl` whenever it ends: the same number of updates whatever
     the size of the data (ablations that train on less data then train as long)."""
@@ -125,16 +134,7 @@ class CycledBatches:
         if not (isinstance(steps, int) and steps >= 1): raise ValueError(f"steps must be an int >= 1, got {steps!r}")
         self.dl, self.steps = dl, steps
     def __len__(self) -> int: return self.steps
-    def __iter__(self):
-        n = 0
-        while n < self.steps:
-            empty = True
-            for b in self.dl:
-                empty = False
-                yield b
-                n += 1
-                if n == self.steps: return
-            if empty: raise ValueError("the loader yields no batch")
+    def __iter__(self): return itertools.islice(_cycle_batches(self.dl, type(self).__name__), self.steps)
 
 def fit_steps(
     model: nn.Module,
@@ -167,13 +167,8 @@ class _SecondStream(Callback):
         self.dl, self.loss_b, self.log_name = dl, loss_func, name
     def before_epoch(self): self._it = None
     def next_batch(self):
-        if getattr(self, "_it", None) is None: self._it = iter(self.dl)
-        try: b = next(self._it)
-        except StopIteration:
-            self._it = iter(self.dl)
-            try: b = next(self._it)
-            except StopIteration: raise ValueError(f"{type(self).__name__}: its loader yields no batch") from None
-        return _as_device_batch(self.learn, b)
+        if getattr(self, "_it", None) is None: self._it = _cycle_batches(self.dl, type(self).__name__)
+        return _as_device_batch(self.learn, next(self._it))
     def _loss(self, b):
         return (self.loss_b or self.learn.loss_func)(self.learn.model(b), b)
     def _log(self, value):
