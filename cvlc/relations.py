@@ -64,8 +64,9 @@ class StageConfig:
     wd: float = 5e-7
 
 def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list[float]:
-    "About `config.steps` updates of whole epochs of `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
-    return fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd).history.series("loss")[1].tolist()
+    "Exactly `config.steps` updates, cycling `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
+    learn = fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd, exact=True)
+    return learn.history.series("loss")[1].tolist()
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
                    dim: int = 128) -> PresenceClassifier:
