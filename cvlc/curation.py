@@ -6,9 +6,8 @@ Docs: https://cvlc-course.github.io/cvlc/conclat.html.md"""
 
 # %% auto #0
 __all__ = ['NEG_TYPES', 'WEIGHTS', 'REGION_DIM', 'SCHEMES', 'LOSSES', 'QASet', 'qa_samples', 'top_k_neighbours',
-           'group_neighbours', 'CuratedBatches', 'world_regions', 'load_region_features', 'VQAModel', 'VQATensors',
-           'CuratedTensors', 'ce_loss', 'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa', 'predict',
-           'vqa_scores', 'vqa_report']
+           'group_neighbours', 'CuratedBatches', 'world_regions', 'VQAModel', 'VQATensors', 'CuratedTensors', 'ce_loss',
+           'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa', 'predict', 'vqa_scores', 'vqa_report']
 
 # %% ../nbs/12_conclat.ipynb #c12c0005
 from .core import require_extra
@@ -227,27 +226,6 @@ def world_regions(scenes: Sequence, max_objects: int = 10) -> tuple[Tensor, Tens
             feats[i, k, offs[-1]:] = torch.tensor(o.bbox, dtype=torch.float) / s.size
             mask[i, k] = True
     return feats, mask
-
-def load_region_features(path) -> tuple[dict[int, int], Tensor, Tensor]:
-    """Region features from an .npz with `image_ids` (N,), `features` (N, R, d) and `mask` (N, R): (image id -> row,
-    features, mask)."""
-    with np.load(path) as z:
-        missing = [k for k in ("image_ids", "features", "mask") if k not in z]
-        if missing:
-            raise KeyError(
-                f"{path}: missing array(s) {missing}; expected image_ids (N,), features (N, R, d), mask (N, R)"
-            )
-        ids, feats, mask = z["image_ids"], z["features"], z["mask"]
-    if feats.ndim != 3 or mask.shape != feats.shape[:2] or ids.shape != feats.shape[:1]:
-        raise ValueError(
-            f"{path}: shapes image_ids {ids.shape}, features {feats.shape}, mask {mask.shape} do not fit (N,), (N, R, "
-            "d), (N, R)"
-        )
-    return (
-        {int(i): r for r, i in enumerate(ids.tolist())},
-        torch.from_numpy(feats).float(),
-        torch.from_numpy(mask).bool(),
-    )
 
 class VQAModel(nn.Module):
     """f(v, q) = h: regions and question tokens through a multimodal transformer ([CLS] state); f^c(h): answer logits;

@@ -8,15 +8,15 @@ Docs: https://cvlc-course.github.io/cvlc/data.html.md"""
 __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'GeneratedRPM', 'DataFormatError', 'LoadReport',
            'VQAQuestion', 'load_vqa', 'answer_vocab', 'soft_target', 'CaptionedImage', 'load_coco_captions',
            'load_karpathy', 'caption_truth', 'Phrase', 'GroundedCaption', 'parse_entities_sentence',
-           'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects', 'RavenSet',
-           'load_raven']
+           'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects',
+           'RegionFeatures', 'save_region_features', 'load_region_features', 'RavenSet', 'load_raven']
 
 # %% ../nbs/04_data.ipynb #396880ac
 import json, os, re, warnings, xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -494,6 +494,52 @@ def load_vg_objects(
             if name: objs.append((name, box))
         return iid, objs
     return dict(_each(data, f, on_error, parse, report)), report
+
+# %% ../nbs/04_data.ipynb #d4rf0002
+class RegionFeatures(NamedTuple):
+    "Region features of an image set: row of each image id, features (N, R, d), mask (N, R), boxes (N, R, 4) or None."
+    index: dict
+    features: torch.Tensor
+    mask: torch.Tensor
+    boxes: torch.Tensor | None
+
+def _check_regions(where, ids, feats, mask, boxes) -> None:
+    ok = feats.ndim == 3 and mask.shape == feats.shape[:2] and ids.shape == feats.shape[:1]
+    if boxes is not None: ok = ok and boxes.shape == (*feats.shape[:2], 4)
+    if not ok:
+        raise ValueError(
+            f"{where}: shapes image_ids {ids.shape}, features {feats.shape}, mask {mask.shape}"
+            + ("" if boxes is None else f", boxes {boxes.shape}")
+            + " do not fit (N,), (N, R, d), (N, R)" + ("" if boxes is None else ", (N, R, 4)")
+        )
+    if len(set(ids.tolist())) != len(ids): raise ValueError(f"{where}: image_ids repeat")
+
+def save_region_features(path, image_ids, features, mask=None, boxes=None) -> None:
+    "Write region features in the layout `load_region_features` reads (mask: every region real when None)."
+    f = lambda x: None if x is None else (x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+    ids, feats, boxes = np.asarray(image_ids), f(features), f(boxes)
+    mask = np.ones(feats.shape[:2], bool) if mask is None else f(mask).astype(bool)
+    _check_regions(path, ids, feats, mask, boxes)
+    np.savez(path, image_ids=ids, features=feats, mask=mask, **({} if boxes is None else {"boxes": boxes}))
+
+def load_region_features(path, require_boxes: bool = False) -> RegionFeatures:
+    """Region features from an .npz with `image_ids` (N,), `features` (N, R, d), `mask` (N, R) and optionally `boxes`
+    (N, R, 4): integer ids stay int, others become str."""
+    with np.load(path) as z:
+        need = ("image_ids", "features", "mask") + (("boxes",) if require_boxes else ())
+        missing = [k for k in need if k not in z]
+        if missing:
+            raise KeyError(
+                f"{path}: missing array(s) {missing}; expected image_ids (N,), features (N, R, d), mask (N, R)"
+                + (", boxes (N, R, 4)" if require_boxes else "")
+            )
+        ids, feats, mask = z["image_ids"], z["features"], z["mask"]
+        boxes = z["boxes"] if "boxes" in z else None
+    _check_regions(path, ids, feats, mask, boxes)
+    key = int if np.issubdtype(ids.dtype, np.integer) else str
+    t = lambda x: None if x is None else torch.from_numpy(x).float()
+    return RegionFeatures({key(i): r for r, i in enumerate(ids.tolist())}, t(feats), torch.from_numpy(mask).bool(),
+                          t(boxes))
 
 # %% ../nbs/04_data.ipynb #43284bc8
 @dataclass
