@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/data.html.md"""
 # %% auto #0
 __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'GeneratedRPM', 'DataFormatError', 'LoadReport',
            'VQAQuestion', 'load_vqa', 'answer_vocab', 'soft_target', 'CaptionedImage', 'load_coco_captions',
-           'load_karpathy', 'caption_truth', 'Phrase', 'GroundedCaption', 'parse_entities_sentence',
+           'load_karpathy', 'caption_truth', 'read_images', 'Phrase', 'GroundedCaption', 'parse_entities_sentence',
            'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects',
            'RegionFeatures', 'save_region_features', 'load_region_features', 'RavenSet', 'load_raven']
 
@@ -330,6 +330,21 @@ def caption_truth(images: Sequence[CaptionedImage]) -> np.ndarray:
     for i, im in enumerate(images):
         truth[i, start:start + len(im.captions)] = True; start += len(im.captions)
     return truth
+
+# %% ../nbs/04_data.ipynb #d4im0002
+def read_images(image_dir, file_names: Sequence[str], size: int = 128) -> torch.Tensor:
+    "Images as one uint8 tensor (N, 3, size, size): each file's centre square, resized (bicubic), in RGB."
+    from PIL import Image
+    out = torch.empty(len(file_names), 3, size, size, dtype=torch.uint8)
+    for i, fn in enumerate(file_names):
+        path = Path(image_dir) / fn
+        try:
+            with Image.open(path) as im: im = im.convert("RGB")
+        except OSError as e: raise DataFormatError(path, i, None, f"cannot read the image ({e})") from None
+        w, h = im.size; s = min(w, h); x, y = (w - s) // 2, (h - s) // 2
+        im = im.crop((x, y, x + s, y + s)).resize((size, size), Image.BICUBIC)
+        out[i] = torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
+    return out
 
 # %% ../nbs/04_data.ipynb #20256aad
 @dataclass
