@@ -7,9 +7,10 @@ Docs: https://cvlc-course.github.io/cvlc/data.html.md"""
 # %% auto #0
 __all__ = ['WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'GeneratedRPM', 'DataFormatError', 'LoadReport',
            'VQAQuestion', 'load_vqa', 'answer_vocab', 'soft_target', 'CaptionedImage', 'load_coco_captions',
-           'load_karpathy', 'caption_truth', 'read_images', 'Phrase', 'GroundedCaption', 'parse_entities_sentence',
-           'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships', 'load_vg_objects',
-           'RegionFeatures', 'save_region_features', 'load_region_features', 'RavenSet', 'load_raven']
+           'load_karpathy', 'caption_truth', 'read_images', 'ScaledImages', 'Phrase', 'GroundedCaption',
+           'parse_entities_sentence', 'load_flickr30k_entities', 'Relation', 'clean_label', 'load_vg_relationships',
+           'load_vg_objects', 'RegionFeatures', 'save_region_features', 'load_region_features', 'RavenSet',
+           'load_raven']
 
 # %% ../nbs/04_data.ipynb #396880ac
 import json, os, re, warnings, xml.etree.ElementTree as ET
@@ -345,6 +346,17 @@ def read_images(image_dir, file_names: Sequence[str], size: int = 128) -> torch.
         im = im.crop((x, y, x + s, y + s)).resize((size, size), Image.BICUBIC)
         out[i] = torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
     return out
+
+class ScaledImages:
+    "A uint8 image tensor (N, C, H, W) read as float32 in [0, 1]: `images[idx]` scales only the rows asked for."
+    def __init__(self, images: torch.Tensor):
+        if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.ndim != 4:
+            raise TypeError(f"images must be a (N, C, H, W) uint8 tensor, got {getattr(images, 'dtype', type(images))}")
+        self.data = images
+    def __len__(self) -> int: return len(self.data)
+    @property
+    def shape(self) -> torch.Size: return self.data.shape
+    def __getitem__(self, idx) -> torch.Tensor: return self.data[idx].float() / 255
 
 # %% ../nbs/04_data.ipynb #20256aad
 @dataclass

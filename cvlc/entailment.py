@@ -365,9 +365,7 @@ class DualEncoder(nn.Module):
         self.bank, self.visual = bank, VisualStream(dim, widths, attention=attention)
         self.img, self.txt = ProjectionHead(dim, dim, out), ProjectionHead(bank.dim, dim, out)
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / temperature)))
-    def encode_image(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.uint8: x = x.float() / 255                   # as `cvlc.data.read_images` gives them
-        return self.img(self.visual(x))
+    def encode_image(self, x: Tensor) -> Tensor: return self.img(self.visual(x))
     def encode_text(self, ids: Tensor) -> Tensor:
         h, m = self.bank(ids)
         dev = self.logit_scale.device

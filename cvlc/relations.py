@@ -11,17 +11,18 @@ __all__ = ['presence_targets', 'PresenceClassifier', 'presence_loss', 'StageConf
            'relation_examples', 'RelationBatches', 'CrossModalAttention', 'BilinearRelations', 'other_truths',
            'relation_losses', 'RelationalGrounding', 'relational_loss', 'relation_report', 'train_relations',
            'word_vectors', 'standardize', 'principal_axes', 'modified_silhouette', 'neighbours', 'composition_rank',
-           'SearchHeads', 'image_keys', 'text_queries', 'search_query', 'occlusion_map']
+           'SearchHeads', 'image_keys', 'text_queries', 'search_query', 'occlusion_map', 'vg_relation_examples']
 
 # %% ../nbs/14_vgbert.ipynb #v14c0005
 from .core import require_extra
 require_extra("course", "fastai", by="cvlc.relations")   # a clear message, not a bare ImportError
 
 # %% ../nbs/14_vgbert.ipynb #v14c0006
+import collections
 import math
 import random
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -70,10 +71,10 @@ def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
                    dim: int = 128) -> PresenceClassifier:
-    """Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name the shapes and colours of
-    images."""
+    """Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name what images contain (the
+    world: shapes and colours; `labels` (N, classes) multi-hot)."""
     seed_everything(seed)
-    model = PresenceClassifier(VisualStream(dim, attention=attention))
+    model = PresenceClassifier(VisualStream(dim, attention=attention), labels.shape[1])
     batches = IndexedBatches(
         len(images), config.batch_size, lambda idx: {"images": images[idx], "labels": labels[idx]}, seed
     )
@@ -249,7 +250,8 @@ def object_class(code: Sequence[int]) -> int:
 def relation_examples(scenes: Sequence, image_index: Sequence[int], seed: int = 0, max_objects: int = 10) -> dict:
     """Stage 3 data from the world: per image, each object that has a uniquely fitting description, worded with the
     training vocabulary ("large red circle"), its class, and which predicates hold between the kept objects.
-    Returns phrases (list of lists), classes (N, O) long (-1: padding), holds (N, P, O, O) bool, image (N,) long."""
+    Returns phrases (list of lists), classes (N, O) long (-1: padding), holds (N, P, O, O) bool, image (N,) long,
+    n_classes, and groups of predicates scored apart (name -> predicate indices)."""
     rng = random.Random(seed)
     phrases, classes = [], torch.full((len(scenes), max_objects), -1, dtype=torch.long)
     holds = torch.zeros(len(scenes), len(PREDICATES), max_objects, max_objects, dtype=torch.bool)
@@ -265,6 +267,8 @@ def relation_examples(scenes: Sequence, image_index: Sequence[int], seed: int = 
         "classes": classes,
         "holds": holds,
         "image": torch.as_tensor(list(image_index), dtype=torch.long),
+        "n_classes": len(SHAPES) * len(COLORS),
+        "groups": {"geometric": range(N_GEOMETRIC), "appearance": range(N_GEOMETRIC, len(PREDICATES))},
     }
 
 class RelationBatches:
@@ -432,7 +436,8 @@ def relation_report(
 ) -> dict[str, float]:
     """Object classification accuracy and relation prediction top-k over every true triplet of the test images, ranked
     "filtered" (Bordes et al.): the other predicates that also hold for the pair are taken out of its ranking. Top-1
-    is also given for the geometric and the appearance predicates apart (`rel@1 geometric`, `rel@1 appearance`)."""
+    is also given for each group of predicates of the data apart (the world's: `rel@1 geometric`,
+    `rel@1 appearance`)."""
     model.eval()
     rel_scores, rel_target, hits, n_obj = [], [], 0, 0
     for b in batches:
@@ -444,7 +449,8 @@ def relation_report(
         rel_scores.append(sc.masked_fill(other_truths(b["holds"], t), float("-inf"))); rel_target.append(t[:, 1])
     scores, target = torch.cat(rel_scores), torch.cat(rel_target)
     out = {"object_acc": hits / max(n_obj, 1), **{f"rel@{k}": v for k, v in topk_accuracy(scores, target, ks).items()}}
-    for name, sel in (("geometric", target < N_GEOMETRIC), ("appearance", target >= N_GEOMETRIC)):
+    for name, group in batches.data.get("groups", {}).items():
+        sel = torch.isin(target, torch.as_tensor(list(group), dtype=target.dtype))
         out[f"rel@1 {name}"] = topk_accuracy(scores[sel], target[sel], 1)[1] if sel.any() else float("nan")
     return out
 
@@ -468,7 +474,7 @@ def train_relations(
     seed_everything(seed)
     language.top.freeze_lower(len(language.top.layers) - train_layers)
     model = RelationalGrounding(
-        freeze_cnn(visual), language, len(PREDICATES), len(SHAPES) * len(COLORS), heads=heads, d=d
+        freeze_cnn(visual), language, data["holds"].shape[1], data["n_classes"], heads=heads, d=d
     )
     dl = RelationBatches(data, images, language.bank, config.batch_size, per_image, seed)
     losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature, multilabel), config)
@@ -588,3 +594,32 @@ def occlusion_map(prob: Callable[[Tensor], Tensor], image: Tensor, target: int, 
     batch = torch.where(inside[:, None], torch.full_like(image, fill), image[None])
     with torch.no_grad(): p = prob(batch)[:, target]
     return p.reshape(len(ys), len(xs))
+
+# %% ../nbs/14_vgbert.ipynb #v14f0002
+def vg_relation_examples(relations: Sequence, image_rows: Mapping[int, int], predicates: Sequence[str],
+                         classes: Sequence[str], max_objects: int = 10) -> dict:
+    """Stage 3 data from Visual Genome relationships (`cvlc.data.load_vg_relationships`) in the layout of
+    `relation_examples`: one row per image id of `image_rows` (id -> row of the image tensor), up to `max_objects`
+    objects (one per object id, else per name and box) named by `classes`, and which `predicates` hold between them.
+    Relations with another predicate or object name are left out."""
+    pidx, cidx = {p: k for k, p in enumerate(predicates)}, {c: k for k, c in enumerate(classes)}
+    by_image = collections.defaultdict(list)
+    for r in relations:
+        if r.predicate in pidx and r.subject in cidx and r.object in cidx: by_image[r.image_id].append(r)
+    n = len(image_rows)
+    phrases, labels = [], torch.full((n, max_objects), -1, dtype=torch.long)
+    holds = torch.zeros(n, len(predicates), max_objects, max_objects, dtype=torch.bool)
+    for i, iid in enumerate(image_rows):
+        objs: dict = {}                                                       # key -> (slot, name)
+        def slot(name, box, oid):
+            key = oid if oid is not None else (name, tuple(box))
+            if key not in objs and len(objs) < max_objects: objs[key] = (len(objs), name)
+            return objs[key][0] if key in objs else None
+        for r in by_image[iid]:
+            s_, o_ = slot(r.subject, r.subject_box, r.subject_id), slot(r.object, r.object_box, r.object_id)
+            if s_ is not None and o_ is not None and s_ != o_: holds[i, pidx[r.predicate], s_, o_] = True
+        names = [nm for _, nm in sorted(objs.values())]
+        phrases.append(names)
+        if names: labels[i, :len(names)] = torch.tensor([cidx[nm] for nm in names])
+    return {"phrases": phrases, "classes": labels, "holds": holds, "n_classes": len(classes), "groups": {},
+            "image": torch.as_tensor(list(image_rows.values()), dtype=torch.long)}
