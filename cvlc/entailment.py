@@ -442,6 +442,7 @@ class RetrievalConfig:
     dim: int = 128
     widths: tuple = (32, 64, 128)
     attention: bool = True       # the visual stream's self-attention layer
+    bar: bool = False            # fastai's progress bar (the full profile's long runs)
 
 def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: SentenceBank, known: Tensor | None = None,
                     weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0) -> DualEncoder:
@@ -462,6 +463,7 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
         [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [],
         opt_func=torch_optimizer(),
         exact=True,
+        bar=config.bar,
     )
     return model
 

@@ -386,10 +386,11 @@ class LMGrounding(nn.Module):
         return torch.cat([true[:, None], neg], 1), torch.cat([ones, valid], 1)
 
 def train_lm_grounding(task: LMGrounding, steps: int, batch_size: int = 50, lr: float = 1e-5, seed: int = 0,
-                       cbs=()) -> list[float]:
-    "Exactly `steps` updates of L_img + L_lang on batches of `batch_size` captions (the paper: 50, Adam, lr 1e-5)."
+                       cbs=(), bar: bool = True) -> list[float]:
+    """Exactly `steps` updates of L_img + L_lang on batches of `batch_size` captions (the paper: 50, Adam, lr 1e-5),
+    with a progress bar unless `bar=False`."""
     batches = IndexedBatches(len(task.words), batch_size, lambda idx: {"caption": idx}, seed)
-    learn = fit_steps(task, batches, grounding_loss, steps, lr, cbs=cbs, exact=True)
+    learn = fit_steps(task, batches, grounding_loss, steps, lr, cbs=cbs, exact=True, bar=bar)
     return learn.history.series("loss")[1].tolist()
 
 @torch.no_grad()

@@ -63,10 +63,11 @@ class StageConfig:
     batch_size: int = 64
     lr: float = 1e-3
     wd: float = 5e-7
+    bar: bool = False            # fastai's progress bar (the full profile's long runs)
 
 def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list[float]:
     "Exactly `config.steps` updates, cycling `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
-    learn = fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd, exact=True)
+    learn = fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd, exact=True, bar=config.bar)
     return learn.history.series("loss")[1].tolist()
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,

@@ -15,6 +15,7 @@ require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear mes
 
 # %% ../nbs/07_training.ipynb #8b245d0a
 import itertools, math, random, warnings
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -146,12 +147,15 @@ def fit_steps(
     cbs: Sequence[Callback] = (),
     opt_func: Callable = Adam,
     exact: bool = False,
+    bar: bool = False,
 ) -> Learner:
-    """Train quietly for about `steps` updates: whole epochs of `train` (at least one), one-cycle schedule at `lr`; the
-    Learner's `history` keeps every loss. `exact=True`: exactly `steps` updates, as one epoch of `CycledBatches`."""
+    """Train for about `steps` updates: whole epochs of `train` (at least one), one-cycle schedule at `lr`; the
+    Learner's `history` keeps every loss. `exact=True`: exactly `steps` updates, as one epoch of `CycledBatches`.
+    Quiet unless `bar=True` (fastai's progress bar, for long runs)."""
     if exact: train = CycledBatches(train, steps)
     learn = make_learner(model, train, None, loss_func, lr=lr, wd=wd, cbs=cbs, opt_func=opt_func)
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(max(1, round(steps / max(len(train), 1))), lr)
+    with nullcontext() if bar else learn.no_bar(), learn.no_logging():
+        learn.fit_one_cycle(max(1, round(steps / max(len(train), 1))), lr)
     return learn
 
 # %% ../nbs/07_training.ipynb #8b0cdbeb
