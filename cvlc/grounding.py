@@ -15,7 +15,7 @@ from .core import require_extra
 require_extra("course", "fastai", by="cvlc.grounding")   # a clear message, not a bare ImportError
 
 # %% ../nbs/13_grounding.ipynb #0b975832
-import math, random, re
+import functools, math, random, re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -280,7 +280,11 @@ def grounding_metrics(
 
 # %% ../nbs/13_grounding.ipynb #g13f0002
 LM_NEGATIVES = ("none", "random", "plausible", "re-ranked")
-_STOP = None
+
+@functools.cache
+def _stop_words() -> frozenset:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    return ENGLISH_STOP_WORDS
 
 def split_caption(text: str) -> list[str]:
     "Lower-cased words and punctuation marks of a caption ('A dog, running.' -> ['a', 'dog', ',', 'running', '.'])."
@@ -289,11 +293,7 @@ def split_caption(text: str) -> list[str]:
 def content_positions(words: Sequence[str]) -> list[int]:
     """Positions of the words that stand for a POS tagger's nouns and adjectives: alphabetic and not an English stop
     word (scikit-learn's list)."""
-    global _STOP
-    if _STOP is None:
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-        _STOP = ENGLISH_STOP_WORDS
-    return [i for i, w in enumerate(words) if w.isalpha() and w.lower() not in _STOP]
+    return [i for i, w in enumerate(words) if w.isalpha() and w.lower() not in _stop_words()]
 
 @torch.no_grad()
 def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
