@@ -208,16 +208,30 @@ class EntailmentClassifier(nn.Module):
         if self.freeze_visual: self.visual.eval()                        # frozen: its normalisation statistics too
         return self
 
-    def ve(self, hyp: tuple[Tensor, Tensor], images: Tensor) -> tuple[Tensor, Tensor]:
-        "The visual module: h_v and the [CLS] attention over the image grid."
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_visual):
-            memory = self.visual.tokens(images)
-        return self.read_v(*hyp, memory)
+    def ve(self, hyp: tuple[Tensor, Tensor], images: Tensor, tokens: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        "The visual module: h_v and the [CLS] attention over the image grid (`tokens`: the grid's, when cached)."
+        if tokens is None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.freeze_visual):
+                tokens = self.visual.tokens(images)
+        return self.read_v(*hyp, tokens)
+
+    @torch.no_grad()
+    def image_tokens(self, images: Tensor, batch_size: int = 256) -> Tensor:
+        """The frozen visual stream's grid tokens of every image, then of a black image: (N + 1, h * w, dim), to look
+        up instead of recomputing (`EntailmentBatches(tokens=...)`)."""
+        if not self.freeze_visual: raise ValueError("only a frozen visual stream's tokens stay the same while training")
+        was = self.visual.training; self.visual.eval()
+        dev = next(self.visual.parameters()).device
+        black = torch.zeros_like(images[:1])
+        chunks = [images[i:i + batch_size] for i in range(0, len(images), batch_size)] + [black]
+        out = torch.cat([self.visual.tokens(x.to(dev)) for x in chunks])
+        self.visual.train(was)
+        return out
 
     def forward(self, b: dict) -> dict:
         hyp = self.text(b["hypothesis"])
         h_t, _ = self.read_t(*hyp, *self.premise(b["premise"]))
-        h_v, attn = self.ve(hyp, b["image"])
+        h_v, attn = self.ve(hyp, b["image"], b.get("tokens"))
         return dict(t=self.head_t(h_t), v=self.head_v(h_v), m=self.head_m(self.gate(h_t, h_v)), attn=attn)
 
 # %% ../nbs/15_entailment.ipynb #e15c0035
@@ -254,9 +268,12 @@ def concat_sets(sets: Sequence[dict]) -> dict:
 # %% ../nbs/15_entailment.ipynb #e15c0037
 class EntailmentBatches:
     """Batches of an entailment set: each epoch shuffled with its own generator (or in order); images looked up, TE
-    images black."""
-    def __init__(self, data: dict, images: Tensor, batch_size: int, seed: int = 0, shuffle: bool = True):
-        self.data, self.images, self.bs, self.shuffle = data, images, batch_size, shuffle
+    images black; with `tokens` (`EntailmentClassifier.image_tokens`) each image's cached grid tokens too."""
+    def __init__(self, data: dict, images: Tensor, batch_size: int, seed: int = 0, shuffle: bool = True,
+                 tokens: Tensor | None = None):
+        if tokens is not None and len(tokens) != len(images) + 1:
+            raise ValueError(f"tokens must hold {len(images)} images and a black one, got {len(tokens)}")
+        self.data, self.images, self.bs, self.shuffle, self.tokens = data, images, batch_size, shuffle, tokens
         self.n, self.g = len(data["y"]), torch.Generator().manual_seed(seed)
         if self.n < (batch_size if shuffle else 1):
             raise ValueError(f"{self.n} examples are fewer than one batch of {batch_size}")
@@ -265,6 +282,7 @@ class EntailmentBatches:
         for idx in index_batches(self.n, self.bs, self.g, self.shuffle):
             b = {k: v[idx] for k, v in self.data.items()}
             b["image"] = self.images[b["img"]].masked_fill(b["black"][:, None, None, None], 0.0)
+            if self.tokens is not None: b["tokens"] = self.tokens[b["img"].masked_fill(b["black"], len(self.images))]
             yield b
 
 # %% ../nbs/15_entailment.ipynb #e15c0039
@@ -292,9 +310,10 @@ class ImageMasking(Callback):
         m, extra = self.learn.model, {k: v[pick] for k, v in b.items()}
         with torch.no_grad():                                            # only the visual module's attention is needed
             was = m.training; m.eval()
-            attn = m.ve(m.text(extra["hypothesis"]), extra["image"])[1]
+            attn = m.ve(m.text(extra["hypothesis"]), extra["image"], extra.get("tokens"))[1]
             m.train(was)
-        extra["image"], extra["y"] = mask_patches(extra["image"], attn, self.ratio), torch.zeros_like(extra["y"])
+            extra["image"], extra["y"] = mask_patches(extra["image"], attn, self.ratio), torch.zeros_like(extra["y"])
+            if "tokens" in extra: extra["tokens"] = m.visual.tokens(extra["image"])   # the masked copies' own
         nb = {k: torch.cat([v, extra[k]]) for k, v in b.items()}
         self.learn.xb = self.learn.yb = (nb,)
 
@@ -309,6 +328,7 @@ class ClassifierConfig:
     dim: int = 128
     masking: bool = True
     freeze_visual: bool = True
+    cache_tokens: bool = True       # a frozen visual stream's grid tokens once per image (N x h*w x dim floats)
 
 @torch.no_grad()
 def predict_entailment(
@@ -317,7 +337,8 @@ def predict_entailment(
     "P(entailment) of each head ('t', 'v', 'm') for every example of `data`."
     model.eval()
     outs = {k: [] for k in "tvm"}
-    for b in EntailmentBatches(data, images, batch_size, shuffle=False):
+    tokens = model.image_tokens(images) if model.freeze_visual else None
+    for b in EntailmentBatches(data, images, batch_size, shuffle=False, tokens=tokens):
         o = model(b)
         for k in "tvm": outs[k].append(o[k].softmax(-1)[:, 1])
     return {k: torch.cat(v) for k, v in outs.items()}
@@ -342,9 +363,10 @@ def train_classifier(
         visual=copy.deepcopy(visual) if visual is not None else None,
         freeze_visual=config.freeze_visual and visual is not None,
     )
+    tokens = model.image_tokens(images) if model.freeze_visual and config.cache_tokens else None
     fit_steps(
         model,
-        EntailmentBatches(data, images, config.batch_size, seed),
+        EntailmentBatches(data, images, config.batch_size, seed, tokens=tokens),
         entailment_loss,
         config.steps,
         config.lr,

@@ -14,7 +14,7 @@ from .core import require_extra
 require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear message, not a bare ImportError
 
 # %% ../nbs/07_training.ipynb #8b245d0a
-import itertools, math, random, warnings
+import inspect, itertools, math, random, warnings
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -70,9 +70,13 @@ def make_learner(model: nn.Module, train: Iterable, valid: Iterable | None = Non
 def torch_optimizer(opt: type = torch.optim.AdamW, **defaults) -> Callable:
     """A fastai `opt_func` that runs a PyTorch optimizer (through `OptimWrapper`): one vectorised update of all the
     parameters, where fastai's own optimizers loop over them in Python. fastai's names map to PyTorch's (wd ->
-    weight_decay, mom / sqr_mom -> betas), so `fit_one_cycle`'s schedules work unchanged."""
+    weight_decay, mom / sqr_mom -> betas), so `fit_one_cycle`'s schedules work unchanged. The multi-tensor
+    (`foreach`) update is asked for unless `defaults` name `foreach` or `fused`: PyTorch picks it by itself on a GPU
+    only, and on a CPU would loop over the tensors."""
     if not (isinstance(opt, type) and issubclass(opt, torch.optim.Optimizer)):
         raise TypeError(f"opt must be a torch.optim.Optimizer class, got {opt!r}")
+    if "foreach" in inspect.signature(opt).parameters and not {"foreach", "fused"} & defaults.keys():
+        defaults = {**defaults, "foreach": True}
     return partial(OptimWrapper, opt=opt, **defaults)
 
 # %% ../nbs/07_training.ipynb #4b5af548
