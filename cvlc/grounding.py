@@ -210,16 +210,19 @@ def rank_substitutes(
 # %% ../nbs/13_grounding.ipynb #66ea3a52
 @torch.no_grad()
 def masked_lm_probs(lm: Callable, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, mask_id: int,
-                    batch_size: int = 1024) -> tuple[Tensor, Tensor]:
+                    batch_size: int = 1024, unmasked_logits: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """p(s'|c) with the position masked and q(s'|s,c) with the caption as it is, at `positions` (one per row): two (N,
-    vocab) tensors."""
+    vocab) tensors. `unmasked_logits` (N, vocab): the LM's logits of the captions as they are at `positions`, when the
+    caller has them already (q then costs no second pass)."""
+    if unmasked_logits is not None and unmasked_logits.shape[0] != len(input_ids):
+        raise ValueError(f"unmasked_logits has {unmasked_logits.shape[0]} rows for {len(input_ids)} captions")
     ps, qs = [], []
     for i in range(0, len(input_ids), batch_size):
         ids, am, pos = input_ids[i:i + batch_size], attention_mask[i:i + batch_size], positions[i:i + batch_size]
-        rows = torch.arange(len(ids))
+        rows = torch.arange(len(ids), device=ids.device)
         masked = ids.clone(); masked[rows, pos] = mask_id
-        logits_p, logits_q = lm(masked, am), lm(ids, am)
-        ps.append(logits_p[rows, pos].softmax(-1)); qs.append(logits_q[rows, pos].softmax(-1))
+        ps.append(lm(masked, am)[rows, pos].softmax(-1))
+        qs.append((lm(ids, am)[rows, pos] if unmasked_logits is None else unmasked_logits[i:i + batch_size]).softmax(-1))
     return torch.cat(ps), torch.cat(qs)
 
 # %% ../nbs/13_grounding.ipynb #f8cf9987
@@ -233,9 +236,11 @@ def hf_substitutes(
     n_propose: int = 30,
     n_keep: int = 25,
     rerank: bool = True,
+    unmasked_logits: Tensor | None = None,
 ) -> list[list[str]]:
     """Context-preserving substitutes for word `word_positions[i]` (space-separated) of each caption, from a Hugging
-    Face masked LM."""
+    Face masked LM; `unmasked_logits`: the LM's logits of each caption as it is at the word's first token, when the
+    caller has them (see `masked_lm_probs`)."""
     words = [c.split(" ") for c in captions]
     enc = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
     pos = torch.tensor(
@@ -248,8 +253,10 @@ def hf_substitutes(
     orig = enc["input_ids"][torch.arange(len(captions)), pos]
     cand[torch.arange(len(captions)), orig] = False                              # never the word itself
     lm = lambda ids, am: model(input_ids=ids, attention_mask=am).logits
-    p, q = masked_lm_probs(lm, enc["input_ids"], enc["attention_mask"], pos, tokenizer.mask_token_id)
-    idx = rank_substitutes(p, q, cand, n_propose, n_keep, rerank)
+    dev = next(model.parameters()).device
+    p, q = masked_lm_probs(lm, enc["input_ids"].to(dev), enc["attention_mask"].to(dev), pos.to(dev),
+                           tokenizer.mask_token_id, unmasked_logits=unmasked_logits)
+    idx = rank_substitutes(p, q, cand.to(dev), n_propose, n_keep, rerank)
     return [[vocab[j] for j in row.tolist() if j >= 0] for row in idx]
 
 # %% ../nbs/13_grounding.ipynb #a31e8ff2
@@ -296,10 +303,8 @@ def content_positions(words: Sequence[str]) -> list[int]:
     return [i for i, w in enumerate(words) if w.isalpha() and w.lower() not in _stop_words()]
 
 @torch.no_grad()
-def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
-                    max_length: int = 64) -> tuple[Tensor, Tensor]:
-    """A Hugging Face LM's last-layer states of pre-split sentences, (S, T, d) per token, and the word each token
-    belongs to, (S, T), -1 for [CLS], [SEP] and padding (and no token for words cut by `max_length`)."""
+def _lm_pass(model, tokenizer, sentences: Sequence[Sequence[str]], max_length: int = 64):
+    "The LM's output (hidden states asked for) on pre-split sentences, and each token's word (-1: none)."
     if not len(sentences): raise ValueError("no sentences")
     enc = tokenizer([list(w) for w in sentences], is_split_into_words=True, padding=True, truncation=True,
                     max_length=max_length, return_tensors="pt")
@@ -307,7 +312,14 @@ def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
     out = model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev),
                 output_hidden_states=True)
     word = torch.tensor([[-1 if w is None else w for w in enc.word_ids(i)] for i in range(len(sentences))])
-    return out.hidden_states[-1], word.to(dev)
+    return out, word.to(dev)
+
+def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
+                    max_length: int = 64) -> tuple[Tensor, Tensor]:
+    """A Hugging Face LM's last-layer states of pre-split sentences, (S, T, d) per token, and the word each token
+    belongs to, (S, T), -1 for [CLS], [SEP] and padding (and no token for words cut by `max_length`)."""
+    out, word = _lm_pass(model, tokenizer, sentences, max_length)
+    return out.hidden_states[-1], word
 
 def _word_mask(word: Tensor, positions: Sequence[Sequence[int]]) -> Tensor:
     "(S, T): the tokens (word ids `word`, -1 for none) of the listed word positions of each sentence."
@@ -347,7 +359,8 @@ class LMGrounding(nn.Module):
     def forward(self, b: dict) -> dict:
         ci = b["caption"].tolist()
         words = [self.words[i] for i in ci]
-        states, word = lm_token_states(self.lm, self.tok, words, self.max_length)
+        out_lm, word = _lm_pass(self.lm, self.tok, words, self.max_length)      # states, and logits for the negatives
+        states = out_lm.hidden_states[-1]
         content = _word_mask(word, [self.content[i] for i in ci])
         img = self.caption_image[b["caption"].to(self.caption_image.device)]
         R, M = self.regions[img.cpu()].to(states.device), self.region_mask[img.cpu()].to(states.device)
@@ -355,12 +368,13 @@ class LMGrounding(nn.Module):
         phi, _ = self.att.all_pairs(R, states[content], kv=kv)
         out = {"phi_img": phi, "word_image": img[content.nonzero()[:, 0]], "images": img}
         if self.negatives != "none":
-            W, valid = self._lang_words(words, [self.content[i] for i in ci], states, word)
+            W, valid = self._lang_words(words, [self.content[i] for i in ci], states, word, out_lm.logits)
             out["phi_lang"], out["lang_valid"] = self.att.own_image(R, W, word_mask=valid, kv=kv)[0], valid
         return out
 
-    def _lang_words(self, words, content, states, word) -> tuple[Tensor, Tensor]:
-        "(B, 1 + K, d): the true word's features then its negatives', and which exist."
+    def _lang_words(self, words, content, states, word, logits=None) -> tuple[Tensor, Tensor]:
+        """(B, 1 + K, d): the true word's features then its negatives', and which exist; `logits`: the LM's on the
+        captions as they are (spares `hf_substitutes` that pass)."""
         B, dev = len(words), states.device
         pick = torch.tensor([self.rng.choice(c) if c else 0 for c in content], device=dev)
         at = word == pick[:, None]
@@ -371,8 +385,9 @@ class LMGrounding(nn.Module):
             j = (torch.arange(B, device=dev)[:, None] + torch.arange(1, min(self.n_keep, B - 1) + 1, device=dev)) % B
             neg, valid = true[j], has[j] & has[:, None]
         else:
+            q = None if logits is None else logits[torch.arange(B, device=dev), first]
             subs = hf_substitutes(self.lm, self.tok, [" ".join(w) for w in words], pick.tolist(), self.allowed,
-                                  self.n_propose, self.n_keep, rerank=self.negatives == "re-ranked")
+                                  self.n_propose, self.n_keep, rerank=self.negatives == "re-ranked", unmasked_logits=q)
             where = [(r, k, w) for r, sub in enumerate(subs) if has[r] for k, w in enumerate(sub)]
             neg = states.new_zeros(B, self.n_keep, states.shape[-1])
             valid = torch.zeros(B, self.n_keep, dtype=torch.bool, device=dev)
