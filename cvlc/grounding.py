@@ -222,7 +222,8 @@ def masked_lm_probs(lm: Callable, input_ids: Tensor, attention_mask: Tensor, pos
         rows = torch.arange(len(ids), device=ids.device)
         masked = ids.clone(); masked[rows, pos] = mask_id
         ps.append(lm(masked, am)[rows, pos].softmax(-1))
-        qs.append((lm(ids, am)[rows, pos] if unmasked_logits is None else unmasked_logits[i:i + batch_size]).softmax(-1))
+        q = lm(ids, am)[rows, pos] if unmasked_logits is None else unmasked_logits[i:i + batch_size]
+        qs.append(q.softmax(-1))
     return torch.cat(ps), torch.cat(qs)
 
 # %% ../nbs/13_grounding.ipynb #f8cf9987
