@@ -7,10 +7,11 @@ Docs: https://cvlc-course.github.io/cvlc/data.html.md"""
 # %% auto #0
 __all__ = ['NLI_LABELS', 'WorldCaptions', 'WorldQuestions', 'GeneratedWorld', 'RPMDataset', 'GeneratedRPM', 'DataFormatError',
            'LoadReport', 'VQAQuestion', 'load_vqa', 'answer_vocab', 'soft_target', 'CaptionedImage',
-           'load_coco_captions', 'load_karpathy', 'caption_truth', 'read_images', 'ScaledImages', 'Phrase',
-           'GroundedCaption', 'parse_entities_sentence', 'load_flickr30k_entities', 'NLIPair', 'load_nli', 'Relation',
-           'clean_label', 'load_vg_relationships', 'load_vg_objects', 'RegionFeatures', 'save_region_features',
-           'load_region_features', 'RavenSet', 'load_raven']
+           'load_coco_captions', 'load_karpathy', 'caption_truth', 'save_coco_captions', 'save_karpathy',
+           'world_captioned_images', 'read_images', 'ScaledImages', 'Phrase', 'GroundedCaption',
+           'parse_entities_sentence', 'load_flickr30k_entities', 'NLIPair', 'load_nli', 'Relation', 'clean_label',
+           'load_vg_relationships', 'load_vg_objects', 'RegionFeatures', 'save_region_features', 'load_region_features',
+           'RavenSet', 'load_raven']
 
 # %% ../nbs/04_data.ipynb #396880ac
 import json, os, re, warnings, xml.etree.ElementTree as ET
@@ -331,6 +332,52 @@ def caption_truth(images: Sequence[CaptionedImage]) -> np.ndarray:
     for i, im in enumerate(images):
         truth[i, start:start + len(im.captions)] = True; start += len(im.captions)
     return truth
+
+# %% ../nbs/04_data.ipynb #d4wr0002
+def _check_captioned(images: Sequence[CaptionedImage], need_split: bool) -> None:
+    img_ids, cap_ids = Counter(im.image_id for im in images), Counter(c for im in images for c in im.caption_ids)
+    for name, ids in (("image", img_ids), ("caption", cap_ids)):
+        if (rep := [k for k, n in ids.items() if n > 1]): raise ValueError(f"{name} ids repeat, e.g. {rep[:3]}")
+    for im in images:
+        if len(im.captions) != len(im.caption_ids):
+            raise ValueError(f"image {im.image_id}: {len(im.captions)} captions but {len(im.caption_ids)} caption ids")
+        if need_split and im.split is None: raise ValueError(f"image {im.image_id}: no split")
+
+def _write_json(path, obj) -> Path:
+    from cvlc.core import atomic_write_bytes
+    return atomic_write_bytes(path, json.dumps(obj).encode())
+
+def save_coco_captions(path, images: Sequence[CaptionedImage]) -> Path:
+    "Write images and their captions as a COCO `captions_*.json` (`load_coco_captions` reads it back)."
+    _check_captioned(images, need_split=False)
+    return _write_json(path, {
+        "images": [{"id": im.image_id, "file_name": im.file_name} for im in images],
+        "annotations": [{"image_id": im.image_id, "id": c, "caption": t} for im in images
+                        for t, c in zip(im.captions, im.caption_ids)]})
+
+def save_karpathy(path, images: Sequence[CaptionedImage], dataset: str = "coco") -> Path:
+    """Write images, their captions and splits as a Karpathy split file (`load_karpathy` reads it back); `imgid` is
+    the image id, and for `dataset='coco'` so is `cocoid`."""
+    _check_captioned(images, need_split=True)
+    def record(im):
+        folder, _, name = im.file_name.rpartition("/")
+        sents = [{"raw": t, "tokens": re.findall(r"\w+", t.lower()), "imgid": im.image_id, "sentid": c}
+                 for t, c in zip(im.captions, im.caption_ids)]
+        return {**({"filepath": folder} if folder else {}), "filename": name, "imgid": im.image_id, "split": im.split,
+                "sentids": list(im.caption_ids), "sentences": sents,
+                **({"cocoid": im.image_id} if dataset == "coco" else {})}
+    return _write_json(path, {"dataset": dataset, "images": [record(im) for im in images]})
+
+def world_captioned_images(world: World, image_ids: Iterable[int] | None = None, split: str | None = None,
+                           file_name: str = "{}.png") -> list[CaptionedImage]:
+    """The world's images (`image_ids`, default all) with their linked captions (label 1) for `save_coco_captions` /
+    `save_karpathy`: ids are the world's, file names `file_name.format(image id)`."""
+    ids = range(len(world)) if image_ids is None else [int(i) for i in image_ids]
+    out = {i: CaptionedImage(i, file_name.format(i), [], [], split) for i in ids}
+    for c in world.captions:
+        if c.label == 1 and c.image_id in out:
+            out[c.image_id].captions.append(c.text); out[c.image_id].caption_ids.append(c.caption_id)
+    return list(out.values())
 
 # %% ../nbs/04_data.ipynb #d4im0002
 def read_images(image_dir, file_names: Sequence[str], size: int = 128) -> torch.Tensor:
