@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .core import atomic_write_bytes
 from .metrics import normalize_answer, vqa_score
 
 # %% ../nbs/04_data.ipynb #7c573f4a
@@ -343,17 +344,13 @@ def _check_captioned(images: Sequence[CaptionedImage], need_split: bool) -> None
             raise ValueError(f"image {im.image_id}: {len(im.captions)} captions but {len(im.caption_ids)} caption ids")
         if need_split and im.split is None: raise ValueError(f"image {im.image_id}: no split")
 
-def _write_json(path, obj) -> Path:
-    from cvlc.core import atomic_write_bytes
-    return atomic_write_bytes(path, json.dumps(obj).encode())
-
 def save_coco_captions(path, images: Sequence[CaptionedImage]) -> Path:
     "Write images and their captions as a COCO `captions_*.json` (`load_coco_captions` reads it back)."
     _check_captioned(images, need_split=False)
-    return _write_json(path, {
+    return atomic_write_bytes(path, json.dumps({
         "images": [{"id": im.image_id, "file_name": im.file_name} for im in images],
         "annotations": [{"image_id": im.image_id, "id": c, "caption": t} for im in images
-                        for t, c in zip(im.captions, im.caption_ids)]})
+                        for t, c in zip(im.captions, im.caption_ids)]}).encode())
 
 def save_karpathy(path, images: Sequence[CaptionedImage], dataset: str = "coco") -> Path:
     """Write images, their captions and splits as a Karpathy split file (`load_karpathy` reads it back); `imgid` is
@@ -366,7 +363,7 @@ def save_karpathy(path, images: Sequence[CaptionedImage], dataset: str = "coco")
         return {**({"filepath": folder} if folder else {}), "filename": name, "imgid": im.image_id, "split": im.split,
                 "sentids": list(im.caption_ids), "sentences": sents,
                 **({"cocoid": im.image_id} if dataset == "coco" else {})}
-    return _write_json(path, {"dataset": dataset, "images": [record(im) for im in images]})
+    return atomic_write_bytes(path, json.dumps({"dataset": dataset, "images": [record(im) for im in images]}).encode())
 
 def world_captioned_images(world: World, image_ids: Iterable[int] | None = None, split: str | None = None,
                            file_name: str = "{}.png") -> list[CaptionedImage]:

@@ -5,8 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from cvlc.data import (DataFormatError, save_coco_captions, save_karpathy, load_coco_captions, load_flickr30k_entities, load_karpathy, load_raven,
+from cvlc.data import (DataFormatError, load_coco_captions, load_flickr30k_entities, load_karpathy, load_raven,
                        load_vg_objects, load_vg_relationships, load_vqa, parse_entities_sentence, soft_target, answer_vocab)
+from cvlc.data import save_coco_captions, save_karpathy
 from cvlc.metrics import vqa_score
 
 from conftest import ROOT
@@ -55,17 +56,21 @@ def test_karpathy_first_record(name):
     assert im.file_name.endswith(raw["filename"])
 
 
+def _fields(images):
+    return [(i.image_id, i.file_name, i.captions, i.caption_ids, i.split) for i in images]
+
+
 def test_coco_captions_writer_round_trip(tmp_path):
     ims, _ = load_coco_captions(REAL / "coco/captions_val2014_391895.json")
     back, _ = load_coco_captions(save_coco_captions(tmp_path / "c.json", ims))
-    assert [(i.image_id, i.file_name, i.captions, i.caption_ids) for i in back] == [
-        (i.image_id, i.file_name, i.captions, i.caption_ids) for i in ims]
+    assert _fields(back) == _fields(ims)
     real, ours = (json.loads(f.read_text()) for f in (REAL / "coco/captions_val2014_391895.json", tmp_path / "c.json"))
     assert set(ours["images"][0]) <= set(real["images"][0])             # the fields the loader needs, named as COCO's
     assert set(ours["annotations"][0]) == set(real["annotations"][0])
 
 
-@pytest.mark.parametrize("name,dataset", [("dataset_coco_head.json", "coco"), ("dataset_flickr30k_head.json", "flickr30k")])
+@pytest.mark.parametrize("name,dataset",
+                         [("dataset_coco_head.json", "coco"), ("dataset_flickr30k_head.json", "flickr30k")])
 def test_karpathy_writer_writes_the_real_layout(tmp_path, name, dataset):
     real = json.loads((REAL / "karpathy" / name).read_text())
     ims, _ = load_karpathy(REAL / "karpathy" / name, restval_as_train=False)
@@ -76,8 +81,7 @@ def test_karpathy_writer_writes_the_real_layout(tmp_path, name, dataset):
         assert o[k] == r[k], k
     assert [s["tokens"] for s in o["sentences"]] == [s["tokens"] for s in r["sentences"]]   # Karpathy's tokenisation
     back, _ = load_karpathy(tmp_path / "k.json", restval_as_train=False)
-    assert [(i.image_id, i.file_name, i.captions, i.caption_ids, i.split) for i in back] == [
-        (i.image_id, i.file_name, i.captions, i.caption_ids, i.split) for i in ims]
+    assert _fields(back) == _fields(ims)
 
 
 def test_flickr30k_entities_real_image():
