@@ -9,7 +9,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test docs bench export clean
+.PHONY: install demo reproduce test docs bench export clean
 
 install: $(STAMP)
 
@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml setup.py tools/install.sh
 ## the main job: every chapter at PROFILE=demo into runs/<timestamp>/, then a summary table
 demo: install
 	cvlc run all --profile $(PROFILE)
+
+## every chapter at PROFILE=paper into runs/paper/ (resumes there); PUBLISH=1 publishes each run into nbs/results/
+reproduce: install
+	cvlc run all --profile paper --out runs/paper $(if $(PUBLISH),--publish)
+	$(if $(PUBLISH),python tools/build_docs.py --readme)
 
 ## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs)
 test: install

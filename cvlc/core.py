@@ -7,10 +7,11 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 # %% auto #0
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
            'run_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint',
-           'load_checkpoint', 'require_extra', 'maybe_progress']
+           'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit', 'UnitStore',
+           'device_name', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
-import json, math, os, random, tempfile, time, warnings
+import hashlib, json, math, os, random, tempfile, time, warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -55,7 +56,7 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 # %% ../nbs/00_core.ipynb #cd83baf4
-PROFILES = ("smoke", "demo", "full")
+PROFILES = ("smoke", "demo", "paper", "full")
 
 def _truthy(v: str | None) -> bool: return (v or "").strip().lower() not in ("", "0", "false", "no")
 
@@ -79,12 +80,16 @@ def resolve_profile(profile: str = "auto") -> str:
     return p
 
 def by_profile(profile: str, **values: Any) -> Any:
-    "The value for `profile` among keyword arguments `smoke=`, `demo=`, `full=` (all three required)."
-    missing = [p for p in PROFILES if p not in values]
+    """The value for `profile` among keyword arguments `smoke=`, `demo=`, `full=` (required) and `paper=` (optional:
+    without it the `paper` profile takes the `demo` value, as in chapters that have no larger budget)."""
+    missing = [p for p in PROFILES if p not in values and p != "paper"]
     extra = [k for k in values if k not in PROFILES]
     if missing or extra:
-        raise ValueError(f"by_profile needs exactly smoke=, demo=, full=; missing {missing}, unexpected {extra}")
-    return values[resolve_profile(profile)]
+        raise ValueError(
+            f"by_profile needs smoke=, demo=, full= (and optionally paper=); missing {missing}, unexpected {extra}"
+        )
+    p = resolve_profile(profile)
+    return values[p if p != "paper" or "paper" in values else "demo"]
 
 # %% ../nbs/00_core.ipynb #1fdf95a2
 def run_dir(chapter: str | None = None) -> Path:
@@ -181,3 +186,132 @@ def maybe_progress(items, show: bool | None = None, n: int | None = None, thresh
         return items
     from fastprogress.fastprogress import progress_bar
     return progress_bar(items)
+
+# %% ../nbs/00_core.ipynb #u0n1t5c1
+def _sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
+
+def _code_cells(nb_path: Path) -> bytes:
+    "The source of a notebook's code cells (the `parameters` cell excluded: papermill rewrites it), as bytes."
+    cells = json.loads(Path(nb_path).read_text(encoding="utf-8")).get("cells", [])
+    return "\n\x00".join("".join(c.get("source", [])) for c in cells if c.get("cell_type") == "code"
+                           and "parameters" not in c.get("metadata", {}).get("tags", [])).encode()
+
+def code_fingerprint(chapter: str | None = None, nbs: str | os.PathLike | None = None) -> str:
+    """A short hash of the code that computes a chapter's results: the source of every `cvlc` module imported so far (a
+    chapter imports what it uses first) and, when its notebook is found (in `nbs`, `$CVLC_NBS` or the current folder),
+    the chapter's code cells."""
+    import sys
+    mods = sorted(n for n in sys.modules if n == "cvlc" or n.startswith("cvlc."))
+    files = [getattr(sys.modules[n], "__file__", None) for n in mods]
+    parts = [n.encode() + b"\x02" + Path(f).read_bytes() for n, f in zip(mods, files) if f and Path(f).is_file()]
+    if chapter is not None:
+        for d in (nbs, os.environ.get("CVLC_NBS"), Path.cwd()):
+            if d is not None and (Path(d) / f"{chapter}.ipynb").is_file():
+                parts.append(_code_cells(Path(d) / f"{chapter}.ipynb")); break
+    return _sha(b"\n\x01".join(parts))[:16]
+
+def git_commit(where: str | os.PathLike = ".", *paths: str | os.PathLike) -> tuple[str | None, bool]:
+    """The commit checked out at `where` and whether its tracked files (those under `paths`, when given) have uncommitted
+    changes; (None, False) outside git."""
+    import subprocess
+    def git(*args):
+        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30)
+    try: head = git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError): return None, False
+    if head.returncode != 0: return None, False
+    status = git("status", "--porcelain", "--untracked-files=no", "--", *map(str, paths))
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+# %% ../nbs/00_core.ipynb #u0n1t5c2
+def _slug(text: str) -> str:
+    "A file-name-safe form of a row name (letters, digits, '-', '_', '.')."
+    out = "".join(c if c.isalnum() or c in "-_." else "-" for c in text.strip())
+    return out.strip("-") or "row"
+
+class UnitStore:
+    """The finished units (row x seed) of a chapter's experiment, one JSON file each in `folder` (default
+    `<run folder>/units`). `run(row, seed, fn, config)` returns a valid stored result or computes, stores and returns
+    `fn()`; either way the result has made one JSON round trip, so a resumed run sees exactly what a fresh one sees."""
+    def __init__(self, chapter: str, profile: str, folder: str | os.PathLike | None = None, code: str | None = None,
+                 verbose: bool = True):
+        self.chapter, self.profile, self.verbose = chapter, resolve_profile(profile), verbose
+        self.folder = Path(folder) if folder is not None else run_dir(chapter) / "units"
+        self.code = code or code_fingerprint(chapter)
+        self.commit = git_commit()[0]
+        self.reused, self.computed, self.ignored = [], [], []
+
+    def path(self, row: str, seed: int) -> Path:
+        "The file of unit (row, seed)."
+        return self.folder / f"{_slug(row)}__seed{check_int('seed', seed, 0)}.json"
+
+    def _identity(self, row: str, seed: int, config: Any) -> dict:
+        return {"chapter": self.chapter, "profile": self.profile, "code": self.code, "row": row, "seed": int(seed),
+                "config": _sha(repr(config).encode())[:16]}
+
+    def load(self, row: str, seed: int, config: Any = None) -> dict | None:
+        "The stored record of a unit made by this chapter, profile, configuration and code; None (and a note) otherwise."
+        p = self.path(row, seed)
+        if not p.is_file(): return None
+        try: rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return self._ignore(p, f"unreadable ({type(e).__name__})")
+        want = self._identity(row, seed, config)
+        diff = [f"{k} {rec.get(k)!r} (now {v!r})" for k, v in want.items() if rec.get(k) != v]
+        if diff or "result" not in rec: return self._ignore(p, "made with " + ", ".join(diff or ["no result"]))
+        return rec
+
+    def _ignore(self, p: Path, why: str) -> None:
+        self.ignored.append((p.name, why))
+        if self.verbose: print(f"units: ignoring {p.name}: {why}; computing it again")
+        return None
+
+    def run(self, row: str, seed: int, fn, config: Any = None) -> Any:
+        "The result of unit (row, seed): loaded when a valid file exists, else `fn()` computed and stored atomically."
+        rec = self.load(row, seed, config)
+        if rec is not None:
+            self.reused.append((row, seed)); return rec["result"]
+        t0 = time.perf_counter()
+        result = _jsonable(fn(), f"unit {row!r} seed {seed}")
+        rec = {**self._identity(row, seed, config), "commit": self.commit, "seconds": time.perf_counter() - t0,
+               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+        atomic_write_bytes(self.path(row, seed), (json.dumps(rec, indent=1) + "\n").encode())
+        self.computed.append((row, seed))
+        return json.loads(json.dumps(result))
+
+    def run_all(self, jobs, bar: bool = True) -> dict[str, list]:
+        """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar; results by row, in
+        the order of the jobs' seeds."""
+        out: dict[str, list] = {}
+        for job in maybe_progress(list(jobs), show=bar):
+            row, seed, fn, *cfg = job
+            out.setdefault(row, []).append(self.run(row, seed, fn, cfg[0] if cfg else None))
+        return out
+
+    def summary(self) -> str:
+        "One line: how many units were computed, reused and ignored."
+        return (f"units: {len(self.computed)} computed, {len(self.reused)} reused from {self.folder}"
+                + (f", {len(self.ignored)} stored ones ignored" if self.ignored else ""))
+
+# %% ../nbs/00_core.ipynb #pr0v0cd1
+def device_name(device: str | torch.device | None = None) -> str:
+    "A readable name of the device a run uses: the GPU's model, or the CPU's model and core count."
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda": return torch.cuda.get_device_name(device)
+    import platform
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
+    except OSError: pass
+    return f"{device.type} ({model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores)"
+
+def provenance(chapter: str, profile: str, where: str | os.PathLike = ".", *paths: str | os.PathLike,
+               **extra: Any) -> dict:
+    """Where and how a chapter's results were made: commit, uncommitted changes (to `paths`, when given), device,
+    versions, date, and `extra`."""
+    import platform
+    commit, dirty = git_commit(where, *paths)
+    return {"chapter": chapter, "profile": resolve_profile(profile), "commit": commit, "uncommitted_changes": dirty,
+            "device": device_name(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
