@@ -188,20 +188,25 @@ def summary_table(results: Sequence[tuple[str, str, float, dict]], width: int = 
     return "\n".join(lines)
 
 # %% ../nbs/api/cli.ipynb #ldg1cd01
+def _chapter_of(folder: Path) -> str:
+    "The chapter a run folder belongs to: from a published `provenance.json`, the executed notebook, or the folder name."
+    prov = folder / "provenance.json"
+    if prov.is_file(): return json.loads(prov.read_text()).get("chapter", folder.name)
+    executed = [p.stem for p in folder.glob("*.ipynb") if _CHAPTER_RE.match(p.stem)]
+    return executed[0] if len(executed) == 1 else folder.name
+
 def collect_claims(folders: Sequence[str | os.PathLike]) -> tuple[list, list[str]]:
-    """The claims in the `metrics.json` of each folder (or of each chapter folder inside it), with their chapter names;
-    a folder's name is its chapter's, or the chapter recorded in a published `provenance.json`."""
+    """The claims in the `metrics.json` of each folder (or of each chapter folder inside it), with their chapter
+    names."""
     from cvlc.metrics import check_claims
     claims, names = [], []
     for folder in map(Path, folders):
         files = [folder / "metrics.json"] if (folder / "metrics.json").is_file() else sorted(folder.glob("*/metrics.json"))
         if not files: raise CliError(f"{folder} holds no metrics.json (neither a chapter's run folder nor a run of them)")
         for f in files:
-            prov = f.parent / "provenance.json"
-            name = json.loads(prov.read_text()).get("chapter", f.parent.name) if prov.is_file() else f.parent.name
             try: found = check_claims(json.loads(f.read_text()).get("claims", []))
             except (ValueError, TypeError) as e: raise CliError(f"{f}: {e}") from None
-            claims += found; names += [name] * len(found)
+            claims += found; names += [_chapter_of(f.parent)] * len(found)
     return claims, names
 
 def ledger_text(claims, names) -> str:

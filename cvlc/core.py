@@ -201,7 +201,9 @@ def code_fingerprint(chapter: str | None = None, nbs: str | os.PathLike | None =
     chapter imports what it uses first) and, when its notebook is found (in `nbs`, `$CVLC_NBS` or the current folder),
     the chapter's code cells."""
     import sys
-    mods = sorted(n for n in sys.modules if n == "cvlc" or n.startswith("cvlc."))
+    # cvlc._modidx is nbdev's index of documentation links (show_doc imports it): it changes with any export, computes
+    # nothing
+    mods = sorted(n for n in sys.modules if (n == "cvlc" or n.startswith("cvlc.")) and n != "cvlc._modidx")
     files = [getattr(sys.modules[n], "__file__", None) for n in mods]
     parts = [n.encode() + b"\x02" + Path(f).read_bytes() for n, f in zip(mods, files) if f and Path(f).is_file()]
     if chapter is not None:
