@@ -371,6 +371,7 @@ class Claim:
     verdict: str
     metrics: tuple = ()
     lower_is_better: bool = False
+    no_gain: bool = False    # a claim of absence: the first row does not beat the second beyond the seeds' spread
 
     @property
     def holds(self) -> bool: return self.verdict == "holds"
@@ -390,7 +391,7 @@ class Claim:
         if missing: raise ValueError(f"claim {d.get('id', '?')!r}: missing {missing}")
         rows = [(r["name"], r["values"]) for r in d["rows"]]
         c = claim(d["id"], d["source"], d["statement"], rows, paper=d["paper"], metrics=d.get("metrics", ()),
-                  lower_is_better=d.get("lower_is_better", False))
+                  lower_is_better=d.get("lower_is_better", False), no_gain=d.get("no_gain", False))
         if c.verdict != d["verdict"]:
             raise ValueError(f"claim {d['id']!r}: stored verdict {d['verdict']!r}, but its scores give {c.verdict!r}")
         return c
@@ -402,9 +403,10 @@ def _claim_row(name: str, values) -> ClaimRow:
                     float(np.mean([s for _, s in stats])))
 
 def claim(id: str, source: str, statement: str, rows, paper: str = "", metrics: Sequence[str] = (),
-          lower_is_better: bool = False) -> Claim:
+          lower_is_better: bool = False, no_gain: bool = False) -> Claim:
     """A claim that each of `rows` ((name, per-seed scores) pairs or a dict, in the claimed order, best first) beats the
-    next, decided by `seed_verdict`'s rule; scores are (seeds,) or (seeds, metrics) arrays."""
+    next, decided by `seed_verdict`'s rule; scores are (seeds,) or (seeds, metrics) arrays. `no_gain=True` claims the
+    opposite for two rows (the first gains nothing beyond the seeds' spread): it holds where the rule finds no gain."""
     for k, v in (("id", id), ("source", source), ("statement", statement)):
         if not isinstance(v, str) or not v.strip(): raise ValueError(f"a claim needs a non-empty {k}, got {v!r}")
     if not isinstance(paper, str): raise TypeError(f"paper must be a str (the paper's figures), got {type(paper)}")
@@ -419,7 +421,11 @@ def claim(id: str, source: str, statement: str, rows, paper: str = "", metrics: 
     sign = -1.0 if lower_is_better else 1.0
     links = [_compare(sign * np.array(a.values), sign * np.array(b.values)) for a, b in zip(built, built[1:])]
     d, spread, verdict = min(links, key=lambda t: (VERDICTS.index(t[2]), t[0]))   # the weakest link decides
-    return Claim(id, source, statement, paper, built, d, spread, verdict, tuple(metrics), bool(lower_is_better))
+    if no_gain:
+        if len(built) != 2: raise ValueError(f"claim {id!r}: a no-gain claim compares exactly two rows")
+        verdict = {"holds": "does not hold", "direction only, one seed": verdict}.get(verdict, "holds")
+    return Claim(id, source, statement, paper, built, d, spread, verdict, tuple(metrics), bool(lower_is_better),
+                 bool(no_gain))
 
 def check_claims(records) -> list[Claim]:
     "Claims read from `metrics.json`'s `claims` list: each valid (see `Claim.from_dict`), ids unique."
@@ -432,7 +438,7 @@ def check_claims(records) -> list[Claim]:
 
 # %% ../nbs/05_metrics.ipynb #c1a1m5c2
 def _ours(c: Claim) -> str:
-    rel = " < " if c.lower_is_better else " > "
+    rel = " vs " if c.no_gain else " < " if c.lower_is_better else " > "
     return rel.join(f"{r.mean:.3f} ± {r.sd:.3f}" if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
         f" (seeds {'/'.join(str(r.n) for r in c.rows)})"
 

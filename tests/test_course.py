@@ -51,6 +51,29 @@ def test_run_all_prints_a_summary_table(smoke_run):
     for c in chapters(): assert re.search(rf"^{c.name}\s+ok\s+[\d.]+\s+\S", table, re.M), f"{c.name} missing from summary"
 
 
+def test_run_all_ends_with_the_claims_ledger(smoke_run):
+    "The last table of `cvlc run all` is every chapter's claims, with a count per chapter and overall."
+    out, log = smoke_run
+    ledger = log[log.index("Claims ledger"):]
+    from cvlc.metrics import check_claims
+    for c in chapters():
+        n = len(check_claims(json.loads((out / c.name / "metrics.json").read_text()).get("claims", [])))
+        if n: assert re.search(rf"^{c.name}: \d+/{n} hold$", ledger, re.M), f"{c.name}'s count is missing"
+    assert re.search(r"^overall: \d+/\d+ hold$", ledger, re.M)
+
+
+def test_published_claims_are_the_ones_the_chapters_define_now(smoke_run):
+    "A renamed, added or dropped claim makes a published record stale: it must be made again."
+    out, _ = smoke_run
+    records = sorted((NBS / "results").glob("*/*/metrics.json"))
+    assert records, "nothing published"
+    for rec in records:
+        chapter = rec.parent.parent.name
+        now = [c["id"] for c in json.loads((out / chapter / "metrics.json").read_text()).get("claims", [])]
+        then = [c["id"] for c in json.loads(rec.read_text())["claims"]]
+        assert then == now, f"{chapter}/{rec.parent.name} was published with claims {then}; the chapter now defines {now}"
+
+
 # ---- the documentation site -------------------------------------------------------------------------------
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",

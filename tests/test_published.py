@@ -1,0 +1,48 @@
+"""Published results (nbs/results/<chapter>/<profile>/) are records of runs that were really made: well-formed claims
+whose verdicts follow from their own scores, complete provenance naming a commit of this repository, and the home
+page's table of what reproduces computed from them."""
+import json, re, subprocess
+
+import pytest
+
+from conftest import NBS, ROOT, chapters
+
+RESULTS = NBS / "results"
+RECORDS = sorted(p.parent for p in RESULTS.glob("*/*/metrics.json"))
+PROVENANCE = ("chapter", "profile", "commit", "uncommitted_changes", "device", "torch", "python", "date", "command",
+              "wall_seconds")
+
+
+def test_a_paper_run_is_published():
+    assert any(r.name == "paper" for r in RECORDS), "no chapter has a published paper-profile run"
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_published_record_is_complete(record):
+    from cvlc.core import PROFILES
+    from cvlc.metrics import check_claims
+    chapter, profile = record.parent.name, record.name
+    assert chapter in {c.name for c in chapters()}, f"{chapter} is not a chapter of the course"
+    assert profile in PROFILES
+    metrics = json.loads((record / "metrics.json").read_text())
+    assert metrics["profile"] == profile
+    claims = check_claims(metrics["claims"])               # each verdict re-derived from its scores
+    assert claims, f"{chapter}/{profile}: a published run without claims"
+    prov = json.loads((record / "provenance.json").read_text())
+    missing = [k for k in PROVENANCE if k not in prov or prov[k] in (None, "")]
+    assert not missing, f"{chapter}/{profile}: provenance lacks {missing}"
+    assert (prov["chapter"], prov["profile"]) == (chapter, profile)
+    assert prov["uncommitted_changes"] is False
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"])
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", prov["commit"] + "^{commit}"], capture_output=True)
+    assert known.returncode == 0, f"{chapter}/{profile}: commit {prov['commit']} is not in this repository's history"
+    assert prov["wall_seconds"] > 0
+    for fig in (record / "figures").glob("*"):
+        assert fig.suffix == ".png" and fig.stat().st_size > 1000, fig
+
+
+def test_home_page_shows_what_the_records_say():
+    from cvlc.cli import RESULTS_HEADING, results_markdown
+    nb = json.loads((NBS / "index.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"] if "".join(c["source"]).startswith(RESULTS_HEADING))
+    assert cell == results_markdown(NBS), "the home page's table is stale: cvlc.cli.refresh_home_results, then --readme"

@@ -1,0 +1,56 @@
+"""A chapter's long run survives interruption: kill `cvlc run` (SIGKILL or SIGINT to its whole process group) once some
+units are finished, run the same command again into the same folder, and nothing finished is recomputed while the
+results equal those of an uninterrupted run."""
+import json, os, signal, subprocess, time
+
+import pytest
+
+from conftest import BIN, ROOT
+
+CHAPTER, UNITS = "10_simclr", 8          # 10_simclr at smoke: 3 seeds-rows of one seed, 4 ablations, 1 longer run
+
+
+def _run(out, **kw):
+    return subprocess.Popen([str(BIN / "cvlc"), "run", CHAPTER, "--profile", "smoke", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+
+
+def _finished(units):
+    return {p.name: p.read_bytes() for p in units.glob("*.json")} if units.is_dir() else {}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fresh")
+    p = _run(out)
+    log, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, log
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_an_interrupted_run_resumes_without_recomputing(tmp_path, uninterrupted, sig):
+    out = tmp_path / "run"
+    p = _run(out)
+    deadline = time.monotonic() + 600
+    while len(_finished(out / "units")) < 4:                 # the 4th unit is the first trained SimCLR encoder
+        assert p.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no unit finished in 10 minutes"
+        time.sleep(0.05)
+    os.killpg(p.pid, sig)
+    p.communicate(timeout=120)
+    if sig == signal.SIGINT: assert p.returncode != 0
+    done = _finished(out / "units")
+    assert 4 <= len(done) < UNITS, f"{len(done)} units finished before the kill"
+    assert not (out / "metrics.json").exists(), "the killed run wrote its final metrics"
+
+    again = _run(out)
+    log, _ = again.communicate(timeout=900)
+    assert again.returncode == 0, log
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["units_reused"], metrics["units_computed"]) == (len(done), UNITS - len(done)), log
+    for name, data in done.items():                            # nothing finished was computed (or written) again
+        assert (out / "units" / name).read_bytes() == data, name
+    assert metrics["claims"] == uninterrupted["claims"]
+    same = [k for k in uninterrupted if k not in ("minutes", "units_reused", "units_computed")]
+    assert {k: metrics[k] for k in same} == {k: uninterrupted[k] for k in same}
