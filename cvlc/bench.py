@@ -7,7 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 # %% auto #0
 __all__ = ['plain_supcon', 'time_ms', 'peak_mb_here', 'peak_rss_mb', 'in_fresh_process', 'peak_mb', 'bench_supcon',
            'interleaved_times', 'spread', 'interleaved_ms', 'format_table', 'plot_supcon_bench', 'plain_recall',
-           'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'big_run', 'main']
+           'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'bench_finite_check', 'format_finite_table',
+           'big_run', 'main']
 
 # %% ../nbs/api/bench.ipynb #c71c61d9
 import argparse, gc, json, re, statistics, subprocess, sys, time
@@ -235,6 +236,39 @@ def format_recall_table(rows: Sequence[dict]) -> str:
                      f"{r['numpy_ms'] / r['cvlc_ms']:>8.2f} {f(r.get('cvlc_mb'))} {f(r.get('numpy_mb')):>10}")
     return "\n".join(lines)
 
+# %% ../nbs/api/bench.ipynb #f1n1te02
+def bench_finite_check(sizes: Sequence[int] = (128, 512, 2048), d: int = 128, device: str = "cpu",
+                       repeats: int = 20) -> list[dict]:
+    "NT-Xent forward + backward per batch size: unchecked, the features checked first (before), the loss checked (now)."
+    from cvlc.losses import nt_xent, set_finite_check
+    def features_then_loss(z, y):
+        if not bool(torch.isfinite(z).all()): raise ValueError("z contains NaN or infinite values")
+        return nt_xent(z, 0.5)
+    fns = {"unchecked": lambda z, y: nt_xent(z, 0.5), "features checked (before)": features_then_loss,
+           "loss checked (now)": lambda z, y: nt_xent(z, 0.5)}
+    modes = {"unchecked": "never", "features checked (before)": "never", "loss checked (now)": "always"}
+    def with_mode(k, f):
+        def run(z, y):
+            set_finite_check(modes[k])
+            try: return f(z, y)
+            finally: set_finite_check()
+        return run
+    rows = []
+    for n in sizes:
+        z, y = _inputs(n, d, 2, n, device)
+        rows.append({"N": n, "device": device,
+                     **interleaved_ms({k: with_mode(k, f) for k, f in fns.items()}, z, y, repeats=repeats)})
+    return rows
+
+def format_finite_table(rows: Sequence[dict]) -> str:
+    "Median ms per check and the two checks' overhead over the unchecked loss."
+    head = f"{'N':>6} {'unchecked ms':>13} {'features (before)':>18} {'loss (now)':>11} {'before/unchecked':>17} {'now/unchecked':>14}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        u, b, a = r["unchecked_ms"], r["features checked (before)_ms"], r["loss checked (now)_ms"]
+        lines.append(f"{r['N']:>6} {u:>13.2f} {b:>18.2f} {a:>11.2f} {b / u:>17.3f} {a / u:>14.3f}")
+    return "\n".join(lines)
+
 # %% ../nbs/api/bench.ipynb #bcd21f3f
 def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, temperature: float = 0.1) -> dict:
     """One forward + backward of cvlc's SupCon at a size no dense implementation fits: time and peak memory (fresh
@@ -249,7 +283,7 @@ def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, tem
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cvlc.bench", description="cvlc benchmarks")
-    ap.add_argument("what", choices=["losses", "metrics", "all"], help="which benchmark")
+    ap.add_argument("what", choices=["losses", "metrics", "finite", "all"], help="which benchmark")
     ap.add_argument("--sizes", type=int, nargs="+", default=[420, 1024, 4096, 8192])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-memory", action="store_true")
@@ -272,6 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"torch threads={torch.get_num_threads()}, median of {args.repeats}")
         out["recall"] = bench_recall(args.images, repeats=args.repeats, memory=not args.no_memory)
         print(format_recall_table(out["recall"]))
+    if args.what in ("finite", "all"):
+        print(f"NT-Xent forward+backward with the finite check: d=128, device={args.device}, "
+              f"torch threads={torch.get_num_threads()}")
+        out["finite"] = bench_finite_check(device=args.device, repeats=max(args.repeats, 20))
+        print(format_finite_table(out["finite"]))
     if args.json:
         with open(args.json, "w") as f: json.dump(out, f, indent=1)
     return 0
