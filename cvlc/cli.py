@@ -278,6 +278,7 @@ def results_markdown(nbs: str | os.PathLike | None = None) -> str:
 def refresh_home_results(nbs: str | os.PathLike | None = None) -> bool:
     "Rewrite the home page notebook's 'What reproduces' cell from `results_markdown`; True if it changed."
     path = find_nbs(nbs) / "index.ipynb"
+    if not path.is_file(): return False                  # a folder of chapters without the course's home page
     nb = json.loads(path.read_text(encoding="utf-8"))
     cells = [c for c in nb["cells"] if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(RESULTS_HEADING)]
     if len(cells) != 1: raise CliError(f"{path} must have one markdown cell starting with {RESULTS_HEADING!r}")

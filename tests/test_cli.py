@@ -91,3 +91,46 @@ def test_an_unusable_output_folder_is_a_one_line_error(tmp_path):
     r = cvlc("run", "core", "--profile", "smoke", "--out", blocker / "sub")
     assert r.returncode == 2 and "cannot use" in r.stderr and "as the output folder" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_claims_of_a_folder_without_runs_is_a_clear_error(tmp_path):
+    r = cvlc("claims", tmp_path)
+    assert r.returncode == 2 and "holds no metrics.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_claims_prints_the_published_ledger():
+    r = cvlc("claims", *sorted((NBS / "results").glob("*/paper")))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Claims ledger") and "overall:" in r.stdout
+
+
+def _course_repo(tmp_path):
+    "A git repository holding the core chapter and a cvlc/ folder, committed."
+    repo = tmp_path / "repo"
+    (repo / "nbs").mkdir(parents=True); (repo / "cvlc").mkdir()
+    shutil.copy2(NBS / "00_core.ipynb", repo / "nbs" / "00_core.ipynb")
+    (repo / "cvlc" / "__init__.py").write_text("")
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+    git("init", "-q"); git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "course")
+    return repo, git
+
+
+def test_publish_refuses_uncommitted_changes(tmp_path):
+    repo, _ = _course_repo(tmp_path)
+    with (repo / "nbs" / "00_core.ipynb").open("a") as f: f.write("\n")
+    r = cvlc("--nbs", repo / "nbs", "run", "core", "--profile", "smoke", "--publish", "--out", tmp_path / "out")
+    assert r.returncode == 2 and "uncommitted changes" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists() and not (repo / "nbs" / "results").exists()
+
+
+def test_publish_writes_the_run_and_its_provenance(tmp_path):
+    repo, git = _course_repo(tmp_path)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    r = cvlc("--nbs", repo / "nbs", "run", "core", "--profile", "smoke", "--publish", "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    rec = repo / "nbs" / "results" / "00_core" / "smoke"
+    assert json.loads((rec / "metrics.json").read_text()) == json.loads((tmp_path / "out" / "metrics.json").read_text())
+    prov = json.loads((rec / "provenance.json").read_text())
+    assert (prov["commit"], prov["profile"], prov["chapter"]) == (head, "smoke", "00_core")
+    assert prov["wall_seconds"] > 0 and prov["device"] and prov["command"].startswith("cvlc ")
