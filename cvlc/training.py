@@ -83,23 +83,37 @@ def torch_optimizer(opt: type = torch.optim.AdamW, **defaults) -> Callable:
 class History(Callback):
     """Per-step training losses, per-epoch validation losses and anything other callbacks `log`; rows of dicts in
     `.rows`."""
+    # A logged tensor stays where it is (a GPU's loss is not read back every step, which would stall the device
+    # queue); reading `.rows` fetches every value logged since the last read in one transfer.
     order = 55
     def __init__(self): self.rows = []
     def before_fit(self): self.rows, self._valid = [], []
+    @property
+    def rows(self) -> list[dict]:
+        "Every logged row, its value a float."
+        if self._pending:
+            vals = torch.stack([r["value"].reshape(()) for r in self._pending]).tolist()   # one host transfer
+            for r, v in zip(self._pending, vals): r["value"] = v
+            self._pending = []
+        return self._rows
+    @rows.setter
+    def rows(self, rows): self._rows, self._pending = list(rows), []
     def log(self, name: str, value, **extra):
-        "Record `value` under `name` at the current step and epoch."
-        v = value.item() if isinstance(value, Tensor) else float(value)
-        self.rows.append(
-            {"name": name, "value": v, "step": int(self.learn.train_iter), "epoch": int(self.learn.epoch), **extra}
-        )
+        "Record `value` (a number or a one-element tensor) under `name` at the current step and epoch."
+        if isinstance(value, Tensor) and value.numel() != 1:
+            raise ValueError(f"History.log({name!r}) takes one number, got a tensor of shape {tuple(value.shape)}")
+        row = {"name": name, "value": value.detach() if isinstance(value, Tensor) else float(value),
+               "step": int(self.learn.train_iter), "epoch": int(self.learn.epoch), **extra}
+        self._rows.append(row)
+        if isinstance(value, Tensor): self._pending.append(row)
     def after_loss(self):
         if self.training: self.log(getattr(self.learn, "loss_name", "loss"), self.learn.loss.detach())
-        else: self._valid.append((self.learn.loss.item(), batch_size(self.learn.xb[0])))
+        else: self._valid.append((self.learn.loss.detach(), batch_size(self.learn.xb[0])))
     def before_validate(self): self._valid = []
     def after_validate(self):
         if self._valid:
-            vals, ns = zip(*self._valid)
-            self.log("valid_loss", float(np.average(vals, weights=ns)))
+            losses, ns = zip(*self._valid)
+            self.log("valid_loss", float(np.average(torch.stack(losses).tolist(), weights=ns)))
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         "Steps and values of one logged quantity."
         r = [(x["step"], x["value"]) for x in self.rows if x["name"] == name]
