@@ -219,10 +219,14 @@ def ledger_text(claims, names) -> str:
 # %% ../nbs/api/cli.ipynb #pub1cli1
 def _results_dir(chapter: Chapter) -> Path: return chapter.path.parent / "results" / chapter.name
 
+def _code_paths(chapter: Chapter) -> list[Path]:
+    "What a chapter's results depend on in a clone: its notebook and the library."
+    lib = chapter.path.parent.parent / "cvlc"
+    return [chapter.path, *([lib] if lib.is_dir() else [])]
+
 def check_publishable(chapter: Chapter) -> str | None:
     "The commit to publish `chapter` from; an error while the chapter's notebook or the library has uncommitted changes."
-    lib = chapter.path.parent.parent / "cvlc"
-    commit, dirty = git_commit(chapter.path.parent, chapter.path, *([lib] if lib.is_dir() else []))
+    commit, dirty = git_commit(chapter.path.parent, *_code_paths(chapter))
     if dirty:
         raise CliError(f"{chapter.name} or cvlc/ has uncommitted changes: commit them before --publish "
                        "(a published record names the commit that made it)")
@@ -337,7 +341,8 @@ def _run(args) -> int:
             print(f"[{i}/{len(picked)}] {ch.name} ...", end=" ", flush=True)
             t0 = time.perf_counter()
             folder = root if single else root / ch.name
-            prov = provenance(ch.name, args.profile, ch.path.parent, command=command) if args.publish else {}
+            prov = provenance(ch.name, args.profile, ch.path.parent, *_code_paths(ch), command=command) \
+                if args.publish else {}
             try:
                 m = run_chapter(ch, args.profile, params if len(picked) == 1 else {}, folder)
                 status = "ok"
