@@ -262,7 +262,8 @@ def bench_finite_check(sizes: Sequence[int] = (128, 512, 2048), d: int = 128, de
 
 def format_finite_table(rows: Sequence[dict]) -> str:
     "Median ms per check and the two checks' overhead over the unchecked loss."
-    head = f"{'N':>6} {'unchecked ms':>13} {'features (before)':>18} {'loss (now)':>11} {'before/unchecked':>17} {'now/unchecked':>14}"
+    head = (f"{'N':>6} {'unchecked ms':>13} {'features (before)':>18} {'loss (now)':>11} {'before/unchecked':>17} "
+            f"{'now/unchecked':>14}")
     lines = [head, "-" * len(head)]
     for r in rows:
         u, b, a = r["unchecked_ms"], r["features checked (before)_ms"], r["loss checked (now)_ms"]

@@ -189,7 +189,7 @@ def summary_table(results: Sequence[tuple[str, str, float, dict]], width: int = 
 
 # %% ../nbs/api/cli.ipynb #ldg1cd01
 def _chapter_of(folder: Path) -> str:
-    "The chapter a run folder belongs to: from a published `provenance.json`, the executed notebook, or the folder name."
+    "The chapter of a run folder: from a published `provenance.json`, the executed notebook, or the folder's name."
     prov = folder / "provenance.json"
     if prov.is_file(): return json.loads(prov.read_text()).get("chapter", folder.name)
     executed = [p.stem for p in folder.glob("*.ipynb") if _CHAPTER_RE.match(p.stem)]
@@ -201,8 +201,10 @@ def collect_claims(folders: Sequence[str | os.PathLike]) -> tuple[list, list[str
     from cvlc.metrics import check_claims
     claims, names = [], []
     for folder in map(Path, folders):
-        files = [folder / "metrics.json"] if (folder / "metrics.json").is_file() else sorted(folder.glob("*/metrics.json"))
-        if not files: raise CliError(f"{folder} holds no metrics.json (neither a chapter's run folder nor a run of them)")
+        own = folder / "metrics.json"
+        files = [own] if own.is_file() else sorted(folder.glob("*/metrics.json"))
+        if not files:
+            raise CliError(f"{folder} holds no metrics.json (neither a chapter's run folder nor a run of them)")
         for f in files:
             try: found = check_claims(json.loads(f.read_text()).get("claims", []))
             except (ValueError, TypeError) as e: raise CliError(f"{f}: {e}") from None
@@ -225,7 +227,7 @@ def _code_paths(chapter: Chapter) -> list[Path]:
     return [chapter.path, *([lib] if lib.is_dir() else [])]
 
 def check_publishable(chapter: Chapter) -> str | None:
-    "The commit to publish `chapter` from; an error while the chapter's notebook or the library has uncommitted changes."
+    "The commit to publish `chapter` from; an error while its notebook or the library has uncommitted changes."
     commit, dirty = git_commit(chapter.path.parent, *_code_paths(chapter))
     if dirty:
         raise CliError(f"{chapter.name} or cvlc/ has uncommitted changes: commit them before --publish "
@@ -284,7 +286,8 @@ def refresh_home_results(nbs: str | os.PathLike | None = None) -> bool:
     path = find_nbs(nbs) / "index.ipynb"
     if not path.is_file(): return False                  # a folder of chapters without the course's home page
     nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = [c for c in nb["cells"] if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(RESULTS_HEADING)]
+    cells = [c for c in nb["cells"]
+             if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(RESULTS_HEADING)]
     if len(cells) != 1: raise CliError(f"{path} must have one markdown cell starting with {RESULTS_HEADING!r}")
     new = results_markdown(nbs).splitlines(keepends=True)
     if cells[0]["source"] == new: return False
@@ -307,7 +310,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: runs/<timestamp>; one subfolder per chapter); the same "
                    "--out again resumes an interrupted run")
     r.add_argument("--publish", action="store_true",
-                   help="copy each finished chapter's metrics, figures and provenance into nbs/results/<chapter>/<profile>/")
+                   help="copy each finished chapter's metrics, figures and provenance into "
+                   "nbs/results/<chapter>/<profile>/")
     r.add_argument(
         "--dry-run",
         action="store_true",
@@ -361,7 +365,8 @@ def _run(args) -> int:
               "to resume", file=sys.stderr)
         return 130
     if args.publish and refresh_home_results(args.nbs):
-        print("  the home page's 'What reproduces' table changed: python tools/build_docs.py --readme rewrites README.md")
+        print("  the home page's 'What reproduces' table changed: "
+              "python tools/build_docs.py --readme rewrites README.md")
     print("\n" + summary_table(results))
     print("\n" + ledger_text(*collect_claims([root if single else root / n for n, s, _, _ in results if s == "ok"])))
     return 1 if failed else 0

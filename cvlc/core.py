@@ -213,8 +213,8 @@ def code_fingerprint(chapter: str | None = None, nbs: str | os.PathLike | None =
     return _sha(b"\n\x01".join(parts))[:16]
 
 def git_commit(where: str | os.PathLike = ".", *paths: str | os.PathLike) -> tuple[str | None, bool]:
-    """The commit checked out at `where` and whether its tracked files (those under `paths`, when given) have uncommitted
-    changes; (None, False) outside git."""
+    """The commit checked out at `where` and whether its tracked files (those under `paths`, when given) have
+    uncommitted changes; (None, False) outside git."""
     import subprocess
     def git(*args):
         return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30)
@@ -251,7 +251,7 @@ class UnitStore:
                 "config": _sha(repr(config).encode())[:16]}
 
     def load(self, row: str, seed: int, config: Any = None) -> dict | None:
-        "The stored record of a unit made by this chapter, profile, configuration and code; None (and a note) otherwise."
+        "The stored record of a unit made by this chapter, profile, configuration and code; else None (and a note)."
         p = self.path(row, seed)
         if not p.is_file(): return None
         try: rec = json.loads(p.read_text(encoding="utf-8"))
@@ -305,7 +305,8 @@ def device_name(device: str | torch.device | None = None) -> str:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
     except OSError: pass
-    return f"{device.type} ({model}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores)"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{device.type} ({model}, {cores} cores)"
 
 def provenance(chapter: str, profile: str, where: str | os.PathLike = ".", *paths: str | os.PathLike,
                **extra: Any) -> dict:

@@ -324,7 +324,7 @@ def _seed_table(x, name: str) -> np.ndarray:
     return x
 
 def _compare(a, b) -> tuple[float, float, str]:
-    "Mean difference of a over b (averaged over metrics), the seeds' spread (mean over metrics of sd_a + sd_b), verdict."
+    "Mean difference of a over b (over metrics), the seeds' spread (mean over metrics of sd_a + sd_b), the verdict."
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.ndim == 1: a = a[:, None]
     if b.ndim == 1: b = b[:, None]
@@ -454,7 +454,8 @@ def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool =
     groups = dict.fromkeys(chapters or [])
     counts = [f"{g}: {sum(c.holds for c, h in zip(claims, chapters) if h == g)}/{chapters.count(g)} hold"
               for g in groups]
-    counts.append(f"{'overall' if chapters is not None else 'claims'}: {sum(c.holds for c in claims)}/{len(claims)} hold")
+    total = "overall" if chapters is not None else "claims"
+    counts.append(f"{total}: {sum(c.holds for c in claims)}/{len(claims)} hold")
     if markdown:
         esc = lambda s: s.replace("|", "\\|")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -471,7 +472,7 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
     return Path(os.environ["CVLC_NBS"]) / "results" if os.environ.get("CVLC_NBS") else Path("results")
 
 def load_published(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> dict | None:
-    "The published run of `chapter` at `profile`: {'metrics', 'provenance', 'claims', 'folder'}, or None if there is none."
+    "The published run of `chapter` at `profile` ({'metrics', 'provenance', 'claims', 'folder'}), or None."
     folder = results_root(root) / chapter / profile
     if not (folder / "metrics.json").is_file(): return None
     metrics = json.loads((folder / "metrics.json").read_text())
@@ -487,7 +488,8 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
                 f"`cvlc run {chapter} --profile {profile} --publish` makes one.*")
     p = rec["provenance"]
     minutes = f", {p['wall_seconds'] / 60:.0f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
+    dirty = " with uncommitted changes" if p.get("uncommitted_changes") else ""
     where = (f"measured on {p.get('device', 'an unrecorded device')}{minutes}, commit "
-             f"`{(p.get('commit') or 'unknown')[:10]}`{' with uncommitted changes' if p.get('uncommitted_changes') else ''}, "
-             f"{str(p.get('date', 'undated'))[:10]}, torch {p.get('torch', '?')}")
+             f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "
+             f"torch {p.get('torch', '?')}")
     return f"**Published `{profile}` run** ({where}):\n\n" + claims_table(rec["claims"], markdown=True)
