@@ -337,7 +337,8 @@ def _run(args) -> int:
             extra = "".join(f" -p {k} {v!r}" for k, v in params.items()) if len(picked) == 1 else ""
             print(f"would run {ch.name} at profile {args.profile}{extra} into {root if single else root / ch.name}")
         return 0
-    commits = {ch.name: check_publishable(ch) for ch in picked} if args.publish else {}
+    if args.publish:
+        for ch in picked: check_publishable(ch)          # fail before the first chapter runs, not after it
     command = "cvlc " + " ".join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "cvlc" else "cvlc run"
     print(f"cvlc: {len(picked)} chapter(s) at profile {args.profile} into {root}", flush=True)
     try:
@@ -345,8 +346,9 @@ def _run(args) -> int:
             print(f"[{i}/{len(picked)}] {ch.name} ...", end=" ", flush=True)
             t0 = time.perf_counter()
             folder = root if single else root / ch.name
-            prov = provenance(ch.name, args.profile, ch.path.parent, *_code_paths(ch), command=command) \
-                if args.publish else {}
+            # checked again as the chapter starts: its record names the commit whose code it runs
+            prov = {**provenance(ch.name, args.profile, ch.path.parent, *_code_paths(ch), command=command),
+                    "commit": check_publishable(ch)} if args.publish else {}
             try:
                 m = run_chapter(ch, args.profile, params if len(picked) == 1 else {}, folder)
                 status = "ok"
@@ -356,7 +358,7 @@ def _run(args) -> int:
             secs = time.perf_counter() - t0
             print(f"{status} in {secs:.1f}s", flush=True)
             if args.publish and status == "ok":
-                dest = publish(ch, folder, {**prov, "commit": commits[ch.name], "wall_seconds": round(secs, 1),
+                dest = publish(ch, folder, {**prov, "wall_seconds": round(secs, 1),
                                             "params": params if len(picked) == 1 else {}})
                 print(f"  published to {dest}", flush=True)
             results.append((ch.name, status, secs, m))
