@@ -197,19 +197,25 @@ def _chapter_of(folder: Path) -> str:
 
 def collect_claims(folders: Sequence[str | os.PathLike]) -> tuple[list, list[str]]:
     """The claims in the `metrics.json` of each folder (or of each chapter folder inside it), with their chapter
-    names."""
+    names; a chapter met in several folders (its demo and paper runs, say) is named with each run's profile."""
     from cvlc.metrics import check_claims
-    claims, names = [], []
+    found = []                                   # (chapter, profile, claims) per metrics.json
     for folder in map(Path, folders):
         own = folder / "metrics.json"
         files = [own] if own.is_file() else sorted(folder.glob("*/metrics.json"))
         if not files:
             raise CliError(f"{folder} holds no metrics.json (neither a chapter's run folder nor a run of them)")
         for f in files:
-            try: found = check_claims(json.loads(f.read_text()).get("claims", []))
+            try:
+                record = json.loads(f.read_text())
+                profile = record.get("profile", f.parent.name)
+                found.append((_chapter_of(f.parent), profile, check_claims(record.get("claims", []))))
             except (ValueError, TypeError) as e: raise CliError(f"{f}: {e}") from None
-            claims += found; names += [_chapter_of(f.parent)] * len(found)
-    return claims, names
+    seen = [ch for ch, _, cl in found if cl]
+    label = lambda ch, profile: f"{ch} ({profile})" if seen.count(ch) > 1 else ch
+    labels = [label(ch, p) for ch, p, _ in found]
+    if len(set(labels)) < len(labels): raise CliError(f"the same chapter run is given twice: {sorted(labels)}")
+    return [c for *_, cl in found for c in cl], [n for n, (*_, cl) in zip(labels, found) for _ in cl]
 
 def ledger_text(claims, names) -> str:
     "The cross-chapter claims table, or a line saying that no chapter recorded a claim."

@@ -8,14 +8,15 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'spread_verdict', 'seed_verdict', 'ClaimRow',
-           'Claim', 'claim', 'check_claims', 'claims_table', 'results_root', 'load_published', 'published_claims']
+           'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'results_root', 'load_published',
+           'published_claims']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -445,9 +446,11 @@ def _ours(c: Claim) -> str:
 def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool = False) -> str:
     """A table of claims: (chapter), id, source, the paper's figures, ours (row means ± sd in the claimed order), the
     margin and the verdict, then how many hold per chapter and overall."""
-    claims = check_claims(claims)
-    if chapters is not None and len(chapters) != len(claims):
-        raise ValueError(f"{len(chapters)} chapter names for {len(claims)} claims")
+    if chapters is None: claims = check_claims(claims)
+    else:                                        # ids are unique within a chapter
+        if len(chapters) != len(claims): raise ValueError(f"{len(chapters)} chapter names for {len(claims)} claims")
+        claims = [c if isinstance(c, Claim) else Claim.from_dict(c) for c in claims]
+        for g in dict.fromkeys(chapters): check_claims([c for c, h in zip(claims, chapters) if h == g])
     head = (["chapter"] if chapters is not None else []) + ["claim", "source", "paper", "ours", "margin", "verdict"]
     body = [([chapters[i]] if chapters is not None else []) +
             [c.id, c.source, c.paper or "-", _ours(c), f"{c.margin:+.3f}", c.verdict] for i, c in enumerate(claims)]
@@ -464,6 +467,18 @@ def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool =
     w = [max(len(r[k]) for r in [head] + body) for k in range(len(head))]
     fmt = lambda row: "  ".join(x.ljust(w[k]) for k, x in enumerate(row)).rstrip()
     return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body] + [""] + counts)
+
+# %% ../nbs/05_metrics.ipynb #bcurve01
+def budget_curve(claims_at: Mapping[float, Sequence]) -> dict[str, list]:
+    """{claim id: [[budget, margin, spread, verdict], ...]} from {budget: claims decided at that budget} (`Claim`s or
+    their dicts), budgets ascending; a claim absent at a budget has no point there."""
+    out: dict[str, list] = {}
+    for budget in sorted(claims_at):
+        if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not math.isfinite(budget):
+            raise ValueError(f"budgets must be finite numbers, got {budget!r}")
+        for c in check_claims(list(claims_at[budget])):
+            out.setdefault(c.id, []).append([float(budget), c.margin, c.spread, c.verdict])
+    return out
 
 # %% ../nbs/05_metrics.ipynb #pub1cd01
 def results_root(root: str | os.PathLike | None = None) -> Path:

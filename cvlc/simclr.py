@@ -7,16 +7,16 @@ Docs: https://cvlc-course.github.io/cvlc/simclr.html.md"""
 # %% auto #0
 __all__ = ['crop_boxes', 'resized_crop', 'random_resized_crop', 'grayscale', 'adjust_brightness', 'adjust_contrast',
            'adjust_saturation', 'rgb_to_hsv', 'hsv_to_rgb', 'adjust_hue', 'color_jitter', 'random_grayscale',
-           'gaussian_blur', 'random_blur', 'SimCLRAugment', 'SimCLRModel', 'TwoViews', 'AlignUniform', 'SimCLRConfig',
-           'image_batches', 'train_simclr', 'world_probe_labels', 'probe_encoder', 'train_supervised', 'save_encoder',
-           'load_encoder', 'main']
+           'gaussian_blur', 'random_blur', 'SimCLRAugment', 'SimCLRModel', 'TwoViews', 'monitor_views',
+           'view_alignment_uniformity', 'AlignUniform', 'AtSteps', 'SimCLRConfig', 'image_batches', 'train_simclr',
+           'world_probe_labels', 'probe_encoder', 'train_supervised', 'save_encoder', 'load_encoder', 'main']
 
 # %% ../nbs/10_simclr.ipynb #57daaf89
 from .core import require_extra
 require_extra("course", "fastai", "sklearn", by="cvlc.simclr")   # a clear message, not a bare ImportError
 
 # %% ../nbs/10_simclr.ipynb #d55a8763
-import argparse, math, os, sys, time
+import argparse, json, math, os, sys, time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -217,30 +217,62 @@ class TwoViews(Callback):
         )
 
 # %% ../nbs/10_simclr.ipynb #61b7f2f9
+def monitor_views(images: Tensor, augment: SimCLRAugment, seed: int = 12345) -> Tensor:
+    "Two fixed views (N, 2, 3, H, W) of `images`, drawn from generators seeded `seed` and `seed + 1`."
+    return torch.stack([augment(images, torch.Generator().manual_seed(seed)),
+                        augment(images, torch.Generator().manual_seed(seed + 1))], 1)
+
+def view_alignment_uniformity(model: nn.Module, views: Tensor, batch_size: int = 256) -> tuple[Tensor, Tensor]:
+    """Alignment and uniformity (Wang & Isola, Eq. 2) of a SimCLR model's z on fixed `views` (N, 2, 3, H, W), in eval
+    mode (the model's mode is restored)."""
+    model = getattr(model, "module", model)
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        dev = next(model.parameters()).device
+        z = torch.cat([model({"views": views[i : i + batch_size].to(dev)}) for i in range(0, len(views), batch_size)])
+    model.train(was)
+    z = z.float()
+    return alignment(z[:, 0], z[:, 1]), uniformity(z[:, 0])
+
 class AlignUniform(Callback):
     """Every `every` training steps, log alignment and uniformity (Wang & Isola) of the model's z on fixed views of
     `images`."""
     order = 56
     def __init__(self, images: Tensor, augment: SimCLRAugment, every: int = 10, seed: int = 12345):
-        self.views = torch.stack([augment(images, torch.Generator().manual_seed(seed)),
-                                  augment(images, torch.Generator().manual_seed(seed + 1))], 1)
-        self.every = every
+        self.views, self.every = monitor_views(images, augment, seed), every
     def _measure(self):
-        model = getattr(self.learn.model, "module", self.learn.model)
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            dev = next(model.parameters()).device
-            z = torch.cat(
-                [model({"views": self.views[i : i + 256].to(dev)}) for i in range(0, len(self.views), 256)]
-            ).float()
-        model.train(was)
-        h = self.learn.history
-        h.log("alignment", alignment(z[:, 0], z[:, 1])); h.log("uniformity", uniformity(z[:, 0]))
+        a, u = view_alignment_uniformity(self.learn.model, self.views)
+        self.learn.history.log("alignment", a); self.learn.history.log("uniformity", u)
     def before_fit(self):
         if self.learn.train_iter == 0 and getattr(self.learn, "epoch", 0) == 0: self._measure()
     def after_batch(self):
         if self.training and self.learn.train_iter % self.every == 0: self._measure()
+
+
+# %% ../nbs/10_simclr.ipynb #at5teps1
+class AtSteps(Callback):
+    """After each training step in `steps` (counted over the whole fit, a resumed one included), `results[step] =
+    fn(model)`; with `path`, each result is also kept in `<path stem>.step<k>.json` beside it, read back on resume."""
+    order = 60         # after AlignUniform, before Checkpoint
+    def __init__(self, steps, fn, path: str | os.PathLike | None = None):
+        self.steps = sorted({int(s) for s in steps})
+        if not self.steps or self.steps[0] < 1: raise ValueError(f"steps must be positive step counts, got {steps}")
+        self.fn, self.path, self.results = fn, None if path is None else Path(path), {}
+    def _file(self, step: int) -> Path: return self.path.with_name(f"{self.path.stem}.step{step}.json")
+    def before_fit(self):
+        total = self.n_epoch * len(self.learn.dls.train)
+        if self.steps[-1] > total: raise ValueError(f"step {self.steps[-1]} is past the run's {total} training steps")
+        if self.path is not None:
+            self.results = {s: json.loads(self._file(s).read_text()) for s in self.steps if self._file(s).is_file()}
+    def after_batch(self):
+        step = int(self.learn.train_iter)
+        if not self.training or step not in self.steps: return
+        self.results[step] = self.fn(getattr(self.learn.model, "module", self.learn.model))
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._file(step).with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.results[step])); tmp.replace(self._file(step))      # never half a file
 
 # %% ../nbs/10_simclr.ipynb #a874f5eb
 @dataclass(frozen=True)
@@ -289,9 +321,10 @@ def train_simclr(
     monitor_every: int = 10,
     distributed: bool = False,
     progress: bool = False,
+    cbs: Sequence[Callback] = (),
 ):
     """Train f and g with NT-Xent on two augmentations of `images` (N, 3, H, W) (default `SimCLRConfig()`); returns the
-    SimCLRModel and the run's History."""
+    SimCLRModel and the run's History. `cbs`: more fastai callbacks (an `AtSteps`, say)."""
     _check_images(images)
     config = config or SimCLRConfig()
     if len(images) < config.batch_size:
@@ -299,7 +332,7 @@ def train_simclr(
     seed_everything(seed)
     model = SimCLRModel(config.encoder(), config.proj_dim)
     loss = lambda z, b: nt_xent(z, config.temperature, distributed=distributed)
-    cbs = [TwoViews(config.augment, seed)]
+    cbs = [TwoViews(config.augment, seed), *cbs]
     if distributed: cbs.append(DistributedTrainer())
     if monitor is not None: cbs.append(AlignUniform(monitor, config.augment, monitor_every))
     if checkpoint is not None: cbs.append(Checkpoint(checkpoint))
@@ -344,10 +377,11 @@ class _Supervised(nn.Module):
         return {k: m(h) for k, m in self.heads.items()}
 
 def train_supervised(
-    images: Tensor, labels: dict[str, Tensor], config: "SimCLRConfig | None" = None, seed: int = 0
+    images: Tensor, labels: dict[str, Tensor], config: "SimCLRConfig | None" = None, seed: int = 0,
+    cbs: Sequence[Callback] = (),
 ) -> nn.Module:
     """The encoder trained on the probe labels themselves (BCE per multi-hot label, CE per class label), with random
-    flips."""
+    flips; `cbs`: more fastai callbacks."""
     from torch.utils.data import DataLoader
     config = config or SimCLRConfig()
     seed_everything(seed)
@@ -363,7 +397,7 @@ def train_supervised(
     dl = DataLoader(
         data, config.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
     )
-    learn = make_learner(model, dl, None, loss, lr=config.lr)
+    learn = make_learner(model, dl, None, loss, lr=config.lr, cbs=list(cbs))
     with learn.no_bar(), learn.no_logging(): learn.fit(config.epochs)
     return model.f
 

@@ -6,7 +6,7 @@ Docs: https://cvlc-course.github.io/cvlc/viz.html.md"""
 
 # %% auto #0
 __all__ = ['to_hwc', 'image_grid', 'draw_boxes', 'attention_map', 'rpm_panels', 'pca_2d', 'embedding_scatter', 'training_curves',
-           'retrieval_grid']
+           'budget_curves', 'retrieval_grid']
 
 # %% ../nbs/08_viz.ipynb #6c953d17
 from .core import require_extra
@@ -166,6 +166,36 @@ def training_curves(
     ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.legend(fontsize=8)
     if logy: ax.set_yscale("log")
     if title: ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/08_viz.ipynb #bcurvev1
+def budget_curves(
+    curves: Mapping[str, Mapping[str, Sequence]], xlabel: str = "budget", ncols: int = 4, logx: bool = False
+) -> Figure:
+    """{run: {claim id: [[budget, margin, spread, verdict], ...]}} (`cvlc.metrics.budget_curve` per run): a panel per
+    claim, margin against budget with the spread dashed; a filled marker where the claim holds."""
+    ids = list(dict.fromkeys(cid for c in curves.values() for cid in c))
+    if not ids: raise ValueError("no claim to draw")
+    nrows = math.ceil(len(ids) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols, 2.3 * nrows), squeeze=False)
+    for ax, cid in zip(axes.flat, ids):
+        for k, (run, c) in enumerate(curves.items()):
+            pts = sorted(c.get(cid, []))
+            if not pts: continue
+            x, d, s = (np.array([p[i] for p in pts], float) for i in range(3))
+            ax.plot(x, d, color=f"C{k}", lw=1.3, label=run)
+            ax.plot(x, s, color=f"C{k}", lw=0.9, ls="--")
+            held = np.array([p[3] == "holds" for p in pts])
+            ax.scatter(x[held], d[held], color=f"C{k}", s=22, zorder=3)
+            ax.scatter(x[~held], d[~held], facecolors="white", edgecolors=f"C{k}", s=22, zorder=3)
+        ax.axhline(0, color="gray", lw=0.6)
+        ax.set_title(cid, fontsize=8)
+        if logx: ax.set_xscale("log")
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(ids):]: ax.axis("off")
+    for ax in axes[-1]: ax.set_xlabel(xlabel, fontsize=8)
+    axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
