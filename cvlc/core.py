@@ -243,8 +243,8 @@ class UnitStore:
         self.reused, self.computed, self.ignored = [], [], []
 
     def path(self, row: str, seed: int) -> Path:
-        "The file of unit (row, seed)."
-        return self.folder / f"{_slug(row)}__seed{check_int('seed', seed, 0)}.json"
+        "The file of unit (row, seed): a readable slug of the row, and a short hash of it (two rows never share one)."
+        return self.folder / f"{_slug(row)}__{_sha(row.encode())[:6]}__seed{check_int('seed', seed, 0)}.json"
 
     def _identity(self, row: str, seed: int, config: Any) -> dict:
         return {"chapter": self.chapter, "profile": self.profile, "code": self.code, "row": row, "seed": int(seed),

@@ -326,13 +326,8 @@ def _seed_table(x, name: str) -> np.ndarray:
 
 def _compare(a, b) -> tuple[float, float, str]:
     "Mean difference of a over b (over metrics), the seeds' spread (mean over metrics of sd_a + sd_b), the verdict."
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.ndim == 1: a = a[:, None]
-    if b.ndim == 1: b = b[:, None]
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1] or not len(a) or not len(b):
-        raise ValueError(
-            f"a and b must be (seeds,) or (seeds, metrics) arrays with the same metrics, got {a.shape} and {b.shape}"
-        )
+    a, b = _seed_table(a, "a"), _seed_table(b, "b")
+    if a.shape[1] != b.shape[1]: raise ValueError(f"a and b must have the same metrics, got {a.shape} and {b.shape}")
     stats = [(mean_sd(a[:, j]), mean_sd(b[:, j])) for j in range(a.shape[1])]
     d = float(np.mean([ma - mb for (ma, _), (mb, _) in stats]))
     spread = float(np.mean([sa + sb for (_, sa), (_, sb) in stats]))
