@@ -171,7 +171,8 @@ class RPMTrainConfig:
     augment: bool = False               # one random flip / rotation / transpose on all 16 panels of a matrix
     epochs: int = 4
     batch_size: int = 32
-    lr: float = 3e-3
+    lr: float = 3e-3                    # the peak learning rate of the one-cycle schedule (Adam)
+    schedule: str = "one_cycle"         # or "constant": the learning rate of each phase over its epochs
     reasoner: str = "scl"
     dim: int = 64
     hidden: int = 64
@@ -183,6 +184,8 @@ class RPMTrainConfig:
         if self.three_phase and self.method != "mlcl":
             raise ValueError("three_phase is a schedule of the 'mlcl' method")
         if self.beta < 0 or self.temperature <= 0: raise ValueError("beta must be >= 0 and temperature > 0")
+        if self.schedule not in ("one_cycle", "constant"):
+            raise ValueError(f"schedule must be 'one_cycle' or 'constant', got {self.schedule!r}")
 
 def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
@@ -272,16 +275,17 @@ def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str]
     return rv if rv.images.shape[-1] == size else replace(rv, images=resize_panels(rv.images, size))
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e040
-def _fit(learn, epochs: int, progress: bool) -> None:
+def _fit(learn, epochs: int, schedule: str, progress: bool) -> None:
     if epochs <= 0: return
-    if progress: learn.fit(epochs)
+    fit = (lambda: learn.fit_one_cycle(epochs, learn.lr)) if schedule == "one_cycle" else (lambda: learn.fit(epochs))
+    if progress: fit()
     else:
-        with learn.no_bar(), learn.no_logging(): learn.fit(epochs)
+        with learn.no_bar(), learn.no_logging(): fit()
 
 def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: int | None = None, checkpoint=None,
-              progress: bool = False):
+              progress: bool = False, cbs: Sequence = ()):
     """Train an RPMSolver on `data` (an RPMSet, a RavenSet, or a dict with images, target, meta_target, sparse and
-    puzzles); returns the model and its History."""
+    puzzles); returns the model and its History. `cbs`: more fastai callbacks (a `cvlc.training.AtSteps`, say)."""
     config = config or RPMTrainConfig()
     if config.three_phase and checkpoint is not None:
         raise ValueError("checkpoints resume single-phase runs; three_phase runs are not checkpointed")
@@ -310,13 +314,13 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         None,
         loss_of(phases[0][0]),
         lr=config.lr,
-        cbs=[Checkpoint(checkpoint)] if checkpoint is not None else [],
+        cbs=([Checkpoint(checkpoint)] if checkpoint is not None else []) + list(cbs),
     )
     rows = []
     for parts, epochs, psi_only in phases:
         learn.loss_func = loss_of(parts)
         for name, prm in model.named_parameters(): prm.requires_grad_(not psi_only or name.startswith("psi."))
-        _fit(learn, epochs, progress)
+        _fit(learn, epochs, config.schedule, progress)
         rows += learn.history.rows
     for prm in model.parameters(): prm.requires_grad_(True)
     learn.history.rows = rows

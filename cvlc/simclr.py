@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/simclr.html.md"""
 __all__ = ['crop_boxes', 'resized_crop', 'random_resized_crop', 'grayscale', 'adjust_brightness', 'adjust_contrast',
            'adjust_saturation', 'rgb_to_hsv', 'hsv_to_rgb', 'adjust_hue', 'color_jitter', 'random_grayscale',
            'gaussian_blur', 'random_blur', 'SimCLRAugment', 'SimCLRModel', 'TwoViews', 'monitor_views',
-           'view_alignment_uniformity', 'AlignUniform', 'AtSteps', 'SimCLRConfig', 'image_batches', 'train_simclr',
+           'view_alignment_uniformity', 'AlignUniform', 'SimCLRConfig', 'image_batches', 'train_simclr',
            'world_probe_labels', 'probe_encoder', 'train_supervised', 'save_encoder', 'load_encoder', 'main']
 
 # %% ../nbs/10_simclr.ipynb #57daaf89
@@ -33,7 +33,7 @@ from .core import load_checkpoint, save_checkpoint, seed_everything
 from .losses import nt_xent
 from .metrics import alignment, uniformity
 from .models import ProjectionHead, VisualStream
-from .training import Checkpoint, DistributedTrainer, embed, linear_probe, make_learner
+from .training import AtSteps, Checkpoint, DistributedTrainer, embed, linear_probe, make_learner
 
 # %% ../nbs/10_simclr.ipynb #9f413731
 def _check_images(x: Tensor) -> None:
@@ -249,30 +249,6 @@ class AlignUniform(Callback):
     def after_batch(self):
         if self.training and self.learn.train_iter % self.every == 0: self._measure()
 
-
-# %% ../nbs/10_simclr.ipynb #at5teps1
-class AtSteps(Callback):
-    """After each training step in `steps` (counted over the whole fit, a resumed one included), `results[step] =
-    fn(model)`; with `path`, each result is also kept in `<path stem>.step<k>.json` beside it, read back on resume."""
-    order = 60         # after AlignUniform, before Checkpoint
-    def __init__(self, steps, fn, path: str | os.PathLike | None = None):
-        self.steps = sorted({int(s) for s in steps})
-        if not self.steps or self.steps[0] < 1: raise ValueError(f"steps must be positive step counts, got {steps}")
-        self.fn, self.path, self.results = fn, None if path is None else Path(path), {}
-    def _file(self, step: int) -> Path: return self.path.with_name(f"{self.path.stem}.step{step}.json")
-    def before_fit(self):
-        total = self.n_epoch * len(self.learn.dls.train)
-        if self.steps[-1] > total: raise ValueError(f"step {self.steps[-1]} is past the run's {total} training steps")
-        if self.path is not None:
-            self.results = {s: json.loads(self._file(s).read_text()) for s in self.steps if self._file(s).is_file()}
-    def after_batch(self):
-        step = int(self.learn.train_iter)
-        if not self.training or step not in self.steps: return
-        self.results[step] = self.fn(getattr(self.learn.model, "module", self.learn.model))
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._file(step).with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.results[step])); tmp.replace(self._file(step))      # never half a file
 
 # %% ../nbs/10_simclr.ipynb #a874f5eb
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ Docs: https://cvlc-course.github.io/cvlc/training.html.md"""
 # %% auto #0
 __all__ = ['DictBatch', 'batch_size', 'make_learner', 'torch_optimizer', 'History', 'index_batches', 'IndexedBatches',
            'CycledBatches', 'fit_steps', 'Alternate', 'Joint', 'grad_alignment', 'PretrainFinetune', 'WeakPositives',
-           'rng_state', 'set_rng_state', 'Checkpoint', 'DistributedTrainer', 'embed', 'linear_probe']
+           'rng_state', 'set_rng_state', 'Checkpoint', 'AtSteps', 'DistributedTrainer', 'embed', 'linear_probe']
 
 # %% ../nbs/07_training.ipynb #e4e6ee93
 from .core import require_extra
 require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear message, not a bare ImportError
 
 # %% ../nbs/07_training.ipynb #8b245d0a
-import inspect, itertools, math, random, warnings
+import inspect, itertools, json, math, os, random, warnings
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from fastai.learner import Learner
 from fastai.optimizer import Adam, OptimWrapper
 from fastai.torch_core import to_device
 
-from .core import save_checkpoint, load_checkpoint
+from .core import atomic_write_bytes, save_checkpoint, load_checkpoint
 
 # %% ../nbs/07_training.ipynb #26af063d
 class _OneTuple:
@@ -373,6 +373,31 @@ class Checkpoint(Callback):
                          "train_iter": int(self.learn.train_iter), "rng": rng_state(),
                          "generators": [g.get_state() for g in _loader_generators(self.learn)],
                          "history": h.rows if h is not None else []}, self.path)
+
+# %% ../nbs/07_training.ipynb #at5tep08
+class AtSteps(Callback):
+    """After each training step in `steps` (counted over the whole fit, a resumed one included), `results[step] =
+    fn(model)`; with `path`, each result is also kept in `<path stem>.step<k>.json` beside it, read back on resume."""
+    order = 60         # after History, before Checkpoint
+    def __init__(self, steps, fn: Callable[[nn.Module], Any], path: str | os.PathLike | None = None):
+        self.steps = sorted({int(s) for s in steps})
+        if not self.steps or self.steps[0] < 1: raise ValueError(f"steps must be positive step counts, got {steps}")
+        self.fn, self.path, self.results = fn, None if path is None else Path(path), {}
+    def _file(self, step: int) -> Path: return self.path.with_name(f"{self.path.stem}.step{step}.json")
+    def before_fit(self):
+        total = self.n_epoch * len(self.learn.dls.train)
+        if self.steps[-1] > total: raise ValueError(f"step {self.steps[-1]} is past the run's {total} training steps")
+        if self.path is not None:
+            self.results = {s: json.loads(self._file(s).read_text()) for s in self.steps if self._file(s).is_file()}
+    def after_batch(self):
+        step = int(self.learn.train_iter)
+        if not self.training or step not in self.steps: return
+        model = getattr(self.learn.model, "module", self.learn.model)
+        was_training = model.training
+        try: self.results[step] = self.fn(model)
+        finally: model.train(was_training)            # fn may switch to eval mode; training goes on in train mode
+        if self.path is not None: atomic_write_bytes(self._file(step), json.dumps(self.results[step]).encode())
+
 
 # %% ../nbs/07_training.ipynb #e8e684e4
 def _slice(b: Any, s: slice, n: int) -> Any:
