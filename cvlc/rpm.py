@@ -217,7 +217,8 @@ class RPMConfig:
     constant_attrs: tuple = ()                           # attributes held to Constant (e.g. ("Color",) for training)
     exclude_rules: tuple = ()                            # (rule, attribute) pairs that never occur (held out)
     require_rules: tuple = ()                            # every puzzle contains one of these (rule, attribute) pairs
-    value_ranges: dict = field(default_factory=dict)  # attribute -> (lo, hi) allowed level range (inter/extrapolation)
+    value_ranges: dict = field(default_factory=dict)  # attribute -> (lo, hi) allowed level range (extrapolation)
+    value_sets: dict = field(default_factory=dict)    # attribute -> the allowed levels, increasing (interpolation)
     supersample: int = 2
     uniformity: float = 0.25                             # chance that a grid's entities look alike (RAVEN: 1 in 4)
 
@@ -239,6 +240,16 @@ class RPMConfig:
                     f"value_ranges[{a!r}] must be (lo, hi) with 0 <= lo, hi - lo >= 2, hi < {DOMAIN.get(a, '?')}, got "
                     f"{(lo, hi)}"
                 )
+        for a, levels in self.value_sets.items():
+            levels = tuple(levels)
+            if (a not in ENTITY_ATTRS or len(levels) < 3 or list(levels) != sorted(set(levels))
+                    or not all(isinstance(v, int) and 0 <= v < DOMAIN[a] for v in levels)):
+                raise ValueError(
+                    f"value_sets[{a!r}] must be 3 or more increasing levels of {ENTITY_ATTRS} in [0, "
+                    f"{DOMAIN.get(a, '?')}), got {levels}"
+                )
+            if a in self.value_ranges: raise ValueError(f"{a} has both a value range and a value set; give one")
+        self.value_sets = {a: tuple(v) for a, v in self.value_sets.items()}
         if self.supersample not in (1, 2, 4): raise ValueError(f"supersample must be 1, 2 or 4, got {self.supersample}")
         if isinstance(self.uniformity, bool) or not 0 <= self.uniformity <= 1:
             raise ValueError(f"uniformity must be a probability in [0, 1], got {self.uniformity!r}")
@@ -287,9 +298,19 @@ def _layout_options(cfg: RPMConfig) -> list[tuple[str, str]]:
 def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int, int]:
     if attr == "Number": return 1, n_slots
     if attr == "Position": return 0, n_slots - 1
+    if attr in cfg.value_sets:   # the rules act on the indices of the allowed levels; `_to_levels` maps them back
+        levels = cfg.value_sets[attr]
+        return (sum(v < 3 for v in levels) if kind == "out" and attr == "Size" else 0), len(levels) - 1
     lo, hi = cfg.value_ranges.get(attr, (0, DOMAIN[attr] - 1))
     if kind == "out" and attr == "Size": lo = max(lo, 3)   # a large enclosing shape (of any type, as in RAVEN)
     return lo, hi
+
+def _to_levels(panel: list[CompState], sets: dict) -> list[CompState]:
+    "A panel generated on the indices of `sets`' levels (attribute -> allowed levels), with the levels themselves."
+    def level(s: CompState) -> CompState:
+        ents = tuple(tuple(sets[a][v] if a in sets else v for a, v in zip(ENTITY_ATTRS, e)) for e in s.entities)
+        return replace(s, entities=ents, **{a.lower(): sets[a][s.value(a)] for a in ENTITY_ATTRS if a in sets})
+    return [level(s) for s in panel]
 
 def _choose_layout(comp_kind: str, cfg: RPMConfig, rng) -> tuple[str, str]:
     """(attribute, rule) of a component's layout: one of a grid's 7 options, uniformly; a single slot is structural
@@ -459,6 +480,7 @@ def sample_puzzle(rng: np.random.Generator, cfg: RPMConfig) -> Puzzle:
         if cands is None or any(consistent(cd, preds) for cd in cands[1:]): continue
         order = rng.permutation(8)
         cands = [cands[i] for i in order]
+        if cfg.value_sets: panels, cands = ([_to_levels(p, cfg.value_sets) for p in ps] for ps in (panels, cands))
         return Puzzle(conf, rules, panels[:8], cands, int(np.nonzero(order == 0)[0][0]), uniform)
     raise RuntimeError("could not generate a puzzle with these settings; relax the split options")
 
