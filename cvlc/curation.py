@@ -7,7 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/conclat.html.md"""
 # %% auto #0
 __all__ = ['NEG_TYPES', 'WEIGHTS', 'REGION_DIM', 'SCHEMES', 'LOSSES', 'QASet', 'qa_samples', 'top_k_neighbours',
            'group_neighbours', 'CuratedBatches', 'world_regions', 'VQAModel', 'VQATensors', 'CuratedTensors', 'ce_loss',
-           'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_vqa', 'predict', 'vqa_scores', 'vqa_report']
+           'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_steps', 'train_vqa', 'predict', 'vqa_scores',
+           'vqa_report']
 
 # %% ../nbs/12_conclat.ipynb #c12c0005
 from .core import require_extra
@@ -366,20 +367,30 @@ class TrainConfig:
     align_every: int = 0              # joint scheme: log the gradients' dot product every this many steps (0: never)
 
 
+def _plan(method: Method, train: VQATensors, config: TrainConfig) -> tuple:
+    """A run's data (D^aug or the original questions), its CE batches per epoch, its CE epochs and the contrastive
+    updates per epoch (those the alternate scheme makes)."""
+    data = train if method.augment else train.subset(train.data.original)
+    n_batches = len(data) // config.batch_size
+    if n_batches == 0: raise ValueError(f"{len(data)} samples make no batch of {config.batch_size}")
+    return data, n_batches, max(1, round(config.steps / n_batches)), max(1, n_batches // (config.n_ce - 1))
+
+def train_steps(method: Method, train: VQATensors, config: TrainConfig = TrainConfig()) -> int:
+    """The training steps `train_vqa` makes (`learn.train_iter` at its end): the CE updates, after the contrastive
+    pre-training epochs of the pretrain scheme; where an `AtSteps` may measure."""
+    _, n_batches, epochs, per_epoch = _plan(method, train, config)
+    return epochs * n_batches + (epochs * per_epoch if method.loss != "ce" and method.scheme == "pretrain" else 0)
+
 def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: TrainConfig = TrainConfig(),
-              neighbours: Tensor | None = None, seed: int = 0):
+              neighbours: Tensor | None = None, seed: int = 0, cbs: Sequence = ()):
     """Train a `VQAModel(**model_kwargs)` as `method` says; returns (model, Learner) (`learn.history` holds every logged
-    loss)."""
+    loss). `cbs`: more fastai callbacks (a `cvlc.training.AtSteps`, say)."""
     seed_everything(seed)
     model = VQAModel(**model_kwargs)
-    data = train if method.augment else train.subset(train.data.original)
+    data, _, epochs, per_epoch = _plan(method, train, config)
     ce_dl = IndexedBatches(len(data), config.batch_size, data, seed)              # B ~ D^aug, shuffled
-    if len(ce_dl) == 0: raise ValueError(f"{len(data)} samples make no batch of {config.batch_size}")
-    epochs = max(1, round(config.steps / len(ce_dl)))
-    cbs = []
+    cbs = list(cbs)
     if method.loss != "ce":
-        # the contrastive updates the alternate scheme makes per epoch
-        per_epoch = max(1, len(ce_dl) // (config.n_ce - 1))
         cur = CuratedTensors(
             data, CuratedBatches(data.data, config.n_refs, method.weights(), neighbours, per_epoch, seed)
         )
