@@ -11,11 +11,11 @@ __all__ = ['INLINE_BACKEND', 'RESULTS_HEADING', 'CliError', 'Chapter', 'find_nbs
            'main']
 
 # %% ../nbs/api/cli.ipynb #11857d77
-import argparse, ast, contextlib, json, os, re, sys, time
+import argparse, ast, contextlib, json, os, re, signal, sys, threading, time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .core import PROFILES, atomic_write_bytes, git_commit, provenance
 
@@ -114,6 +114,36 @@ def _kernel_env(**values: str):
 class ChapterFailed(Exception):
     "A chapter raised while running: the message names the executed notebook to open."
 
+def _signal_kernels(sig: int) -> None:
+    "Send `sig` to this process's child processes (the kernels papermill started, each the leader of its own session)."
+    import psutil                                          # ipykernel's dependency, so there with the cli extra
+    for child in psutil.Process().children():
+        try:
+            if os.getpgid(child.pid) == child.pid: os.killpg(child.pid, sig)      # the kernel and what it started
+            else: child.send_signal(sig)
+        except (ProcessLookupError, psutil.NoSuchProcess): pass
+
+def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
+    """Call `fn` in a worker thread so that Ctrl-C reaches this one: on KeyboardInterrupt the kernels get SIGINT (the
+    running cell stops), then SIGKILL after `grace` seconds, and the interrupt is raised here.
+    (papermill's kernel runs in a session of its own, which the terminal's SIGINT does not reach, and nbclient takes
+    SIGINT in the main thread without stopping the kernel; a chapter would otherwise run to its end.)"""
+    box: dict[str, Any] = {}
+    def work():
+        try: box["value"] = fn()
+        except BaseException as e: box["error"] = e
+    worker = threading.Thread(target=work, name="cvlc-papermill", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive(): worker.join(0.2)
+    except KeyboardInterrupt:
+        _signal_kernels(signal.SIGINT)
+        worker.join(grace)
+        if worker.is_alive(): _signal_kernels(signal.SIGKILL); worker.join(grace)
+        raise
+    if "error" in box: raise box["error"]
+    return box.get("value")
+
 def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] | None = None,
                 out: str | os.PathLike | None = None) -> dict[str, Any]:
     "Execute `chapter` with papermill at `profile` into `out`; return its `metrics.json` as a dict."
@@ -134,10 +164,10 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
     executed = out / f"{chapter.name}.ipynb"
     with _kernel_env(CVLC_OUT=str(out.resolve()), MPLBACKEND=INLINE_BACKEND):
         try:
-            papermill.execute_notebook(str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
-                                       cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3",
-                                       # no transport chatter per chapter
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
+            _interruptible(lambda: papermill.execute_notebook(
+                str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
+                cwd=str(chapter.path.parent), progress_bar=False, kernel_name="python3",
+                extra_arguments=["--IPKernelApp.log_level=ERROR"]))          # no transport chatter per chapter
         except papermill.PapermillExecutionError as e:
             raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                                 f"  open {executed} to see where") from None
