@@ -133,6 +133,9 @@ def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
         try: box["value"] = fn()
         except BaseException as e: box["error"] = e
     worker = threading.Thread(target=work, name="cvlc-papermill", daemon=True)
+    main = threading.current_thread() is threading.main_thread()
+    # a process started where SIGINT is ignored (a pytest-xdist worker's child, say) still stops on it, as nbclient did
+    old = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
     worker.start()
     try:
         while worker.is_alive(): worker.join(0.2)
@@ -141,6 +144,8 @@ def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
         worker.join(grace)
         if worker.is_alive(): _signal_kernels(signal.SIGKILL); worker.join(grace)
         raise
+    finally:
+        if main and old is not None: signal.signal(signal.SIGINT, old)
     if "error" in box: raise box["error"]
     return box.get("value")
 

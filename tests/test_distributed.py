@@ -2,7 +2,7 @@
 
 Each rank holds half of the batch. The mean of the per-rank losses is the whole-batch loss, and each rank's
 feature gradient, once DDP divides it by the world size, is the single-process gradient of those features."""
-import os, socket
+import os, socket, sys
 
 import pytest
 import torch
@@ -49,16 +49,26 @@ def run_cases(d, sl, distributed):
     return out
 
 
-def _worker(rank, port, path):
+def _in_group(rank, port, work):
+    """Run `work()` as `rank` of a gloo group of WORLD processes. Once every rank is done (the barrier), the process ends
+    at once, without tearing gloo down: its threads, destroyed at interpreter exit, now and then abort the process
+    ("terminate called without an active exception", SIGABRT) after the results are saved."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        d = make_data()
-        n = N // WORLD
-        torch.save(run_cases(d, slice(rank * n, (rank + 1) * n), True), f"{path}/rank{rank}.pt")
-        dist.barrier()      # no rank tears gloo down while the other still talks to it (else an occasional SIGABRT)
-    finally:
+        work()
+        dist.barrier()      # no rank leaves while the other still talks to it
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+
+
+def _worker(rank, port, path):
+    n = N // WORLD
+    _in_group(rank, port, lambda: torch.save(run_cases(make_data(), slice(rank * n, (rank + 1) * n), True),
+                                             f"{path}/rank{rank}.pt"))
 
 
 def _free_port():
@@ -123,13 +133,7 @@ def _trained_params(distributed: bool):
 
 
 def _step_worker(rank, port, path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.save(_trained_params(True), f"{path}/step{rank}.pt")
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    _in_group(rank, port, lambda: torch.save(_trained_params(True), f"{path}/step{rank}.pt"))
 
 
 def test_ddp_training_steps_equal_one_process(tmp_path):
