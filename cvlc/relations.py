@@ -8,10 +8,11 @@ Docs: https://cvlc-course.github.io/cvlc/vgbert.html.md"""
 __all__ = ['presence_targets', 'PresenceClassifier', 'presence_loss', 'StageConfig', 'train_presence', 'match_map',
            'match_similarity', 'content_mask', 'grounding_loss', 'BankLanguage', 'freeze_cnn', 'GroundingModel',
            'CaptionBatches', 'retrieval_matrix', 'retrieval_recall', 'train_grounding', 'object_class',
-           'relation_examples', 'RelationBatches', 'CrossModalAttention', 'BilinearRelations', 'other_truths',
-           'relation_losses', 'RelationalGrounding', 'relational_loss', 'relation_report', 'train_relations',
-           'word_vectors', 'standardize', 'principal_axes', 'modified_silhouette', 'neighbours', 'composition_rank',
-           'SearchHeads', 'image_keys', 'text_queries', 'search_query', 'occlusion_map', 'vg_relation_examples']
+           'relation_examples', 'RelationBatches', 'word_vectors', 'standardize', 'principal_axes',
+           'modified_silhouette', 'neighbours', 'composition_rank', 'CrossModalAttention', 'BilinearRelations',
+           'other_truths', 'relation_losses', 'RelationalGrounding', 'relational_loss', 'relation_report',
+           'train_relations', 'SearchHeads', 'image_keys', 'text_queries', 'search_query', 'occlusion_map',
+           'vg_relation_examples']
 
 # %% ../nbs/14_vgbert.ipynb #v14c0005
 from .core import require_extra
@@ -65,9 +66,10 @@ class StageConfig:
     wd: float = 5e-7
     bar: bool = False            # fastai's progress bar (the full profile's long runs)
 
-def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig) -> list[float]:
-    "Exactly `config.steps` updates, cycling `dl` (`cvlc.training.fit_steps`); returns the per-step losses."
-    learn = fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd, exact=True, bar=config.bar)
+def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig, cbs: Sequence = ()) -> list[float]:
+    """Exactly `config.steps` updates, cycling `dl` (`cvlc.training.fit_steps`), with fastai callbacks `cbs` (a
+    `cvlc.training.AtSteps`, say); returns the per-step losses."""
+    learn = fit_steps(model, dl, loss_func, config.steps, config.lr, config.wd, cbs=cbs, exact=True, bar=config.bar)
     return learn.history.series("loss")[1].tolist()
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
@@ -234,13 +236,14 @@ def train_grounding(
     normalize: bool = True,
     dim: int = 128,
     seed: int = 0,
+    cbs: Sequence = (),
 ) -> tuple[GroundingModel, list[float]]:
     """Stage 2 (Fig. 1, Eq. 1-2): match images and captions; the CNN stays frozen, its embedder, positions,
-    self-attention and the top text layers train."""
+    self-attention and the top text layers train. `cbs`: fastai callbacks of the fit (a `cvlc.training.AtSteps`)."""
     seed_everything(seed)
     model = GroundingModel(freeze_cnn(visual), language, dim, reduce, normalize)
     losses = _fit(model, CaptionBatches(images, captions, config.batch_size, seed),
-                  lambda sim, b: grounding_loss(sim, temperature, parts), config)
+                  lambda sim, b: grounding_loss(sim, temperature, parts), config, cbs)
     return model.eval(), losses
 
 # %% ../nbs/14_vgbert.ipynb #v14c0040
@@ -307,6 +310,65 @@ class RelationBatches:
                 "holds": holds,
                 "triplets": self._triplets(holds),
             }
+
+# %% ../nbs/14_vgbert.ipynb #v14c0060
+@torch.no_grad()
+def word_vectors(language: Callable[[Tensor], tuple[Tensor, Tensor]], ids: Tensor, batch_size: int = 512) -> Tensor:
+    """App. B: a word (or phrase) as `[CLS] word [SEP]` through the language stream, mean-pooled over the last layer's
+    tokens."""
+    if hasattr(language, "eval"): language.eval()
+    return torch.cat([masked_mean(*language(ids[s:s + batch_size])).cpu() for s in range(0, len(ids), batch_size)])
+
+def standardize(x: Tensor, reference: Tensor) -> Tensor:
+    """App. B: z-score each feature with the mean and std of a reference set (the model's vocabulary), since a few
+    channels dominate."""
+    return (x - reference.mean(0)) / reference.std(0).clamp_min(1e-6)
+
+def principal_axes(x: Tensor, k: int = 3) -> Tensor:
+    """Projections of the rows of x onto its first k principal axes (centred, by SVD), (N, k); each axis's sign is
+    arbitrary."""
+    xc = x.double() - x.double().mean(0)
+    _, _, Vh = torch.linalg.svd(xc, full_matrices=False)
+    return (xc @ Vh[:k].T).float()
+
+def modified_silhouette(x: Tensor, labels: Sequence[int]) -> Tensor:
+    """App. B.3.1, Eq. 12-14: s(i) = (b(i) - a(i)) / max(a(i), b(i)) with cosine distances, a(i) the mean distance to
+    the
+    other words of i's category and b(i) the mean over the *other* categories of the mean distance to their words
+    (the average, not the nearest category, because categories may overlap). Words alone in their category get NaN."""
+    lab = torch.as_tensor(list(labels))
+    if len(lab) != len(x): raise ValueError(f"{len(lab)} labels for {len(x)} vectors")
+    cats = lab.unique()
+    if len(cats) < 2: raise ValueError("the silhouette needs at least two categories")
+    xn = F.normalize(x.double(), dim=-1)
+    D = 1 - xn @ xn.T
+    onehot = (lab[:, None] == cats[None]).double()                          # (N, C)
+    per_cat = D @ onehot / onehot.sum(0)                                    # mean distance from i to each category
+    own = (lab[:, None] == cats[None])
+    n_own = onehot.sum(0)[own.int().argmax(1)]
+    a = (D @ onehot)[own] / (n_own - 1)                                     # d(i, i) = 0 drops out of the sum
+    b = per_cat.masked_fill(own, 0).sum(1) / (len(cats) - 1)
+    s = (b - a) / torch.maximum(a, b)
+    return s.masked_fill(n_own < 2, float("nan")).float()
+
+def neighbours(
+    query: Tensor, vocab: Tensor, words: Sequence[str], k: int = 5, exclude: Sequence[str] = ()
+) -> list[tuple[str, float]]:
+    "The k words of `vocab` (N, d) nearest to `query` (d,) by cosine similarity, leaving out `exclude`."
+    cos = F.normalize(vocab, dim=-1) @ F.normalize(query, dim=-1)
+    skip = set(exclude)
+    order = [i for i in cos.argsort(descending=True).tolist() if words[i] not in skip]
+    return [(words[i], float(cos[i])) for i in order[:k]]
+
+def composition_rank(
+    query: Tensor, vocab: Tensor, words: Sequence[str], target: str, exclude: Sequence[str] = ()
+) -> tuple[float, int]:
+    """Table 2: the cosine similarity of a query phrase to a target word and the target's rank (1 = nearest) among
+    `words`."""
+    keep = [i for i, w in enumerate(words) if w not in set(exclude) or w == target]
+    v = F.normalize(vocab[keep], dim=-1) @ F.normalize(query, dim=-1)
+    t = [words[i] for i in keep].index(target)
+    return float(v[t]), int((v > v[t]).sum()) + 1
 
 # %% ../nbs/14_vgbert.ipynb #v14c0041
 class CrossModalAttention(nn.Module):
@@ -470,75 +532,18 @@ def train_relations(
     heads: int = 8,
     d: int = 32,
     seed: int = 0,
+    cbs: Sequence = (),
 ) -> tuple[RelationalGrounding, list[float]]:
-    "Stage 3 (Fig. 2, Eq. 3-5): relation prediction from object phrases; only the top `train_layers` text layers train."
+    """Stage 3 (Fig. 2, Eq. 3-5): relation prediction from object phrases; only the top `train_layers` text layers
+    train. `cbs`: fastai callbacks of the fit (a `cvlc.training.AtSteps`)."""
     seed_everything(seed)
     language.top.freeze_lower(len(language.top.layers) - train_layers)
     model = RelationalGrounding(
         freeze_cnn(visual), language, data["holds"].shape[1], data["n_classes"], heads=heads, d=d
     )
     dl = RelationBatches(data, images, language.bank, config.batch_size, per_image, seed)
-    losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature, multilabel), config)
+    losses = _fit(model, dl, lambda out, b: relational_loss(out, b, parts, temperature, multilabel), config, cbs)
     return model.eval(), losses
-
-# %% ../nbs/14_vgbert.ipynb #v14c0060
-@torch.no_grad()
-def word_vectors(language: Callable[[Tensor], tuple[Tensor, Tensor]], ids: Tensor, batch_size: int = 512) -> Tensor:
-    """App. B: a word (or phrase) as `[CLS] word [SEP]` through the language stream, mean-pooled over the last layer's
-    tokens."""
-    if hasattr(language, "eval"): language.eval()
-    return torch.cat([masked_mean(*language(ids[s:s + batch_size])).cpu() for s in range(0, len(ids), batch_size)])
-
-def standardize(x: Tensor, reference: Tensor) -> Tensor:
-    """App. B: z-score each feature with the mean and std of a reference set (the model's vocabulary), since a few
-    channels dominate."""
-    return (x - reference.mean(0)) / reference.std(0).clamp_min(1e-6)
-
-def principal_axes(x: Tensor, k: int = 3) -> Tensor:
-    """Projections of the rows of x onto its first k principal axes (centred, by SVD), (N, k); each axis's sign is
-    arbitrary."""
-    xc = x.double() - x.double().mean(0)
-    _, _, Vh = torch.linalg.svd(xc, full_matrices=False)
-    return (xc @ Vh[:k].T).float()
-
-def modified_silhouette(x: Tensor, labels: Sequence[int]) -> Tensor:
-    """App. B.3.1, Eq. 12-14: s(i) = (b(i) - a(i)) / max(a(i), b(i)) with cosine distances, a(i) the mean distance to
-    the
-    other words of i's category and b(i) the mean over the *other* categories of the mean distance to their words
-    (the average, not the nearest category, because categories may overlap). Words alone in their category get NaN."""
-    lab = torch.as_tensor(list(labels))
-    if len(lab) != len(x): raise ValueError(f"{len(lab)} labels for {len(x)} vectors")
-    cats = lab.unique()
-    if len(cats) < 2: raise ValueError("the silhouette needs at least two categories")
-    xn = F.normalize(x.double(), dim=-1)
-    D = 1 - xn @ xn.T
-    onehot = (lab[:, None] == cats[None]).double()                          # (N, C)
-    per_cat = D @ onehot / onehot.sum(0)                                    # mean distance from i to each category
-    own = (lab[:, None] == cats[None])
-    n_own = onehot.sum(0)[own.int().argmax(1)]
-    a = (D @ onehot)[own] / (n_own - 1)                                     # d(i, i) = 0 drops out of the sum
-    b = per_cat.masked_fill(own, 0).sum(1) / (len(cats) - 1)
-    s = (b - a) / torch.maximum(a, b)
-    return s.masked_fill(n_own < 2, float("nan")).float()
-
-def neighbours(
-    query: Tensor, vocab: Tensor, words: Sequence[str], k: int = 5, exclude: Sequence[str] = ()
-) -> list[tuple[str, float]]:
-    "The k words of `vocab` (N, d) nearest to `query` (d,) by cosine similarity, leaving out `exclude`."
-    cos = F.normalize(vocab, dim=-1) @ F.normalize(query, dim=-1)
-    skip = set(exclude)
-    order = [i for i in cos.argsort(descending=True).tolist() if words[i] not in skip]
-    return [(words[i], float(cos[i])) for i in order[:k]]
-
-def composition_rank(
-    query: Tensor, vocab: Tensor, words: Sequence[str], target: str, exclude: Sequence[str] = ()
-) -> tuple[float, int]:
-    """Table 2: the cosine similarity of a query phrase to a target word and the target's rank (1 = nearest) among
-    `words`."""
-    keep = [i for i, w in enumerate(words) if w not in set(exclude) or w == target]
-    v = F.normalize(vocab[keep], dim=-1) @ F.normalize(query, dim=-1)
-    t = [words[i] for i in keep].index(target)
-    return float(v[t]), int((v > v[t]).sum()) + 1
 
 # %% ../nbs/14_vgbert.ipynb #v14c0063
 class SearchHeads(nn.Module):
