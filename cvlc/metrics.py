@@ -8,8 +8,8 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'spread_verdict', 'seed_verdict', 'ClaimRow',
-           'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'results_root', 'load_published',
-           'published_claims']
+           'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
+           'load_published', 'published_claims']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -474,6 +474,19 @@ def budget_curve(claims_at: Mapping[float, Sequence]) -> dict[str, list]:
         for c in check_claims(list(claims_at[budget])):
             out.setdefault(c.id, []).append([float(budget), c.margin, c.spread, c.verdict])
     return out
+
+# %% ../nbs/05_metrics.ipynb #bcurve05
+def claim_lines(claims: Sequence, curve: Mapping[str, Sequence] | None = None, at: str = "",
+                budget: str = "at {:g}") -> list[str]:
+    """Markdown bullets, one per claim (`Claim`s or their dicts): statement, verdict, margin and spread (after `at`, the
+    budget they were decided at, say "after 8 epochs: "), and the margin at the smallest budget of `curve`
+    (`budget_curve`), named by `budget` ("{:g}" the budget), where the claim has more than one point there."""
+    lines = []
+    for c in check_claims(list(claims)):
+        pts = sorted((curve or {}).get(c.id, []))
+        first = f"; {budget.format(pts[0][0])}: {pts[0][1]:+.3f}" if len(pts) > 1 else ""
+        lines.append(f"- **{c.statement}**: {c.verdict} ({at}margin {c.margin:+.3f}, spread {c.spread:.3f}{first}).")
+    return lines
 
 # %% ../nbs/05_metrics.ipynb #pub1cd01
 def results_root(root: str | os.PathLike | None = None) -> Path:
