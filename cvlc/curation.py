@@ -6,9 +6,9 @@ Docs: https://cvlc-course.github.io/cvlc/conclat.html.md"""
 
 # %% auto #0
 __all__ = ['NEG_TYPES', 'WEIGHTS', 'REGION_DIM', 'SCHEMES', 'LOSSES', 'QASet', 'qa_samples', 'top_k_neighbours',
-           'group_neighbours', 'CuratedBatches', 'world_regions', 'VQAModel', 'VQATensors', 'CuratedTensors', 'ce_loss',
-           'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_steps', 'train_vqa', 'predict', 'vqa_scores',
-           'vqa_report']
+           'group_neighbours', 'CuratedBatches', 'world_regions', 'VQAModel', 'VQATensors', 'question_input',
+           'CuratedTensors', 'ce_loss', 'ssc_loss', 'dmt_loss', 'Method', 'TrainConfig', 'train_steps', 'train_vqa',
+           'predict', 'vqa_scores', 'vqa_report']
 
 # %% ../nbs/12_conclat.ipynb #c12c0005
 from .core import require_extra
@@ -30,7 +30,7 @@ from torch import Tensor
 from .core import seed_everything
 from .losses import dynamic_margin_triplet, scaled_supcon
 from .metrics import consensus_score, normalize_answer, vqa_score
-from .models import MultimodalTransformer, ProjectionHead, TextEncoder, WordTokenizer
+from .models import HFTextEncoder, MultimodalTransformer, ProjectionHead, SentenceBank, TextEncoder, WordTokenizer
 from .paraphrase import text_of
 from .training import (Alternate, IndexedBatches, Joint, PretrainFinetune, index_batches, make_learner,
                            torch_optimizer)
@@ -230,7 +230,8 @@ def world_regions(scenes: Sequence, max_objects: int = 10) -> tuple[Tensor, Tens
 
 class VQAModel(nn.Module):
     """f(v, q) = h: regions and question tokens through a multimodal transformer ([CLS] state); f^c(h): answer logits;
-    g(h) = z: 128-d, unit norm (ConClaT Sec. 5.2)."""
+    g(h) = z: 128-d, unit norm (ConClaT Sec. 5.2). The question tokens come from a word encoder trained here
+    (`vocab_size`), or with `text_dim` from a frozen pretrained encoder's states (`question_input`), projected."""
 
     def __init__(
         self,
@@ -244,34 +245,42 @@ class VQAModel(nn.Module):
         proj_dim: int = 128,
         max_length: int = 32,
         dropout: float = 0.1,
+        text_dim: int = 0,
     ):
         super().__init__()
         self.regions = nn.Sequential(nn.Linear(region_dim, dim), nn.LayerNorm(dim))
-        self.text = TextEncoder(vocab_size, dim, text_layers, heads, max_length, dropout)
+        self.text_dim = text_dim                                    # > 0: a pretrained encoder's token states come in
+        self.text = (nn.Sequential(nn.Linear(text_dim, dim), nn.LayerNorm(dim)) if text_dim
+                     else TextEncoder(vocab_size, dim, text_layers, heads, max_length, dropout))
         self.fusion = MultimodalTransformer(dim, layers, heads, dropout)
         self.classifier = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, n_answers))
         self.projection = ProjectionHead(dim, dim, proj_dim)           # two linear layers, l2 normalisation
 
+    def question(self, b: Mapping) -> Tensor:
+        "The question's token states: a pretrained encoder's, projected (`text_dim`), or the word encoder's."
+        return self.text(b["text_states"]) if self.text_dim else self.text(b["input_ids"], b["text_mask"])
+
     def forward(self, b: Mapping) -> dict:
-        h, _ = self.fusion(
-            self.regions(b["regions"]), self.text(b["input_ids"], b["text_mask"]), b["region_mask"], b["text_mask"]
-        )
+        h, _ = self.fusion(self.regions(b["regions"]), self.question(b), b["region_mask"], b["text_mask"])
         return {"h": h, "logits": self.classifier(h), "z": self.projection(h)}
 
 # %% ../nbs/12_conclat.ipynb #c12c0035
 class VQATensors:
-    """Every sample of a QASet as tensors (token ids under a word tokenizer, region rows); `t(idx)` is the batch of
-    those samples."""
+    """Every sample of a QASet as tensors (token ids under a word tokenizer, or sentence ids of a `SentenceBank` of a
+    pretrained encoder's states; region rows); `t(idx)` is the batch of those samples."""
 
     def __init__(
-        self, data: QASet, regions: Tensor, region_mask: Tensor, tokenizer: WordTokenizer, max_length: int = 23
+        self, data: QASet, regions: Tensor, region_mask: Tensor, tokenizer: WordTokenizer | SentenceBank,
+        max_length: int = 23
     ):
         if int(data.images.max(initial=-1)) >= len(regions):
             raise ValueError(f"image rows go up to {data.images.max()} but there are {len(regions)} region sets")
-        enc = tokenizer(data.texts, max_length=max_length)  # 23 question tokens: Table B, row 1
         self.data = data
-        self.ids = enc["input_ids"]
-        self.tmask = enc["attention_mask"]
+        if isinstance(tokenizer, SentenceBank):
+            self.bank, self.ids, self.tmask = tokenizer, tokenizer.ids(data.texts), None
+        else:
+            enc = tokenizer(data.texts, max_length=max_length)  # 23 question tokens: Table B, row 1
+            self.bank, self.ids, self.tmask = None, enc["input_ids"], enc["attention_mask"]
         self.regions = regions
         self.rmask = region_mask
         self.images, self.labels, self.groups = (torch.from_numpy(x) for x in (data.images, data.labels, data.groups))
@@ -282,18 +291,36 @@ class VQATensors:
         "The samples where the bool mask `keep` is true (no re-tokenization)."
         out, k = object.__new__(VQATensors), torch.from_numpy(np.asarray(keep, bool))
         out.data = self.data.subset(keep)
-        out.ids = self.ids[k]
-        out.tmask = self.tmask[k]
+        out.bank, out.ids = self.bank, self.ids[k]
+        out.tmask = None if self.tmask is None else self.tmask[k]
         out.regions = self.regions
         out.rmask = self.rmask
         out.images, out.labels, out.groups = self.images[k], self.labels[k], self.groups[k]
         return out
 
     def __call__(self, idx: Tensor) -> dict:
-        T = max(int(self.tmask[idx].sum(1).max()), 1)
         img = self.images[idx]
-        return {"regions": self.regions[img], "region_mask": self.rmask[img], "input_ids": self.ids[idx, :T],
-                "text_mask": self.tmask[idx, :T], "labels": self.labels[idx], "groups": self.groups[idx]}
+        b = {"regions": self.regions[img], "region_mask": self.rmask[img], "labels": self.labels[idx],
+             "groups": self.groups[idx]}
+        if self.bank is not None:
+            b["text_states"], b["text_mask"] = self.bank(self.ids[idx])
+        else:
+            T = max(int(self.tmask[idx].sum(1).max()), 1)
+            b["input_ids"], b["text_mask"] = self.ids[idx, :T], self.tmask[idx, :T]
+        return b
+
+def question_input(kind: str, train_texts: Sequence[str], texts: Sequence[str], min_count: int = 1) -> tuple:
+    """How questions enter the model: `(tokenizer or bank for VQATensors, VQAModel's text arguments)`. 'minilm': every
+    one of `texts` once through the frozen pretrained MiniLM (`cvlc.models.SentenceBank`; the paper fine-tunes a
+    3-layer BERT); 'words': a `WordTokenizer` over `train_texts` for a question encoder trained from scratch (a word
+    never seen in training is [UNK])."""
+    if kind == "minilm":
+        bank = SentenceBank(HFTextEncoder(top_k=0), texts)
+        return bank, {"vocab_size": 0, "text_dim": bank.dim}
+    if kind == "words":
+        tok = WordTokenizer.from_texts(train_texts, min_count=min_count)
+        return tok, {"vocab_size": len(tok)}
+    raise ValueError(f"kind must be 'minilm' or 'words', got {kind!r}")
 
 class CuratedTensors:
     "CuratedBatches as tensor batches, with their `ref` / `pos` / `neg` / `para` positions."
