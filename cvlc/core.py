@@ -280,6 +280,23 @@ class UnitStore:
         self.computed.append((row, seed))
         return json.loads(json.dumps(result))
 
+    def run_model(self, row: str, seed: int, train, build, config: Any = None, keep: bool = True):
+        """Unit (row, seed) whose trained model is kept beside its record (`<unit>.pt`, written first), for later
+        stages or figures to read: returns (result, model). `train()` -> (model, result); `build()` -> an untrained
+        model of that shape, to load a kept one into (in eval mode). `keep=False`: nothing is kept, and the model is
+        None where the result was reused."""
+        path = self.path(row, seed).with_suffix(".pt")
+        if keep and not path.is_file(): self.path(row, seed).unlink(missing_ok=True)   # a record without its model
+        made = {}
+        def fn():
+            made["model"], result = train()
+            if keep: save_checkpoint(made["model"].state_dict(), path)
+            return result
+        result = self.run(row, seed, fn, config)
+        if keep and "model" not in made:
+            made["model"] = build(); made["model"].load_state_dict(load_checkpoint(path)); made["model"].eval()
+        return result, made.get("model")
+
     def run_all(self, jobs, bar: bool = True) -> dict[str, list]:
         """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar; results by row, in
         the order of the jobs' seeds."""

@@ -263,15 +263,19 @@ def hf_substitutes(
 # %% ../nbs/13_grounding.ipynb #a31e8ff2
 @torch.no_grad()
 def phrase_region_scores(att: WordRegionAttention, regions: Tensor, region_mask: Tensor | None, phrase_image: Tensor,
-                         token_feats: Tensor, token_mask: Tensor) -> Tensor:
-    """Per phrase (P), per region of its image: the max over the phrase's tokens (P, n, d_word; mask P, n) of their
-    attention (P, m)."""
+                         token_feats: Tensor, token_mask: Tensor, reduce: str = "max") -> Tensor:
+    """Per phrase (P), per region of its image: the max (the paper's) or the mean over the phrase's tokens (P, n,
+    d_word; mask P, n) of their attention (P, m)."""
+    if reduce not in ("max", "mean"): raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
     was = att.training
     att.eval()
     R = regions[phrase_image]
     rm = None if region_mask is None else region_mask[phrase_image]
     _, a = att.own_image(R, token_feats, rm, token_mask)                          # (P, n, m)
     att.train(was)
+    if reduce == "mean":
+        w = token_mask[..., None].to(a.dtype)
+        return (a * w).sum(1) / w.sum(1).clamp_min(1)
     return a.masked_fill(~token_mask[..., None], -1.0).max(1).values
 
 def grounding_metrics(

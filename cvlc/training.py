@@ -397,6 +397,12 @@ class AtSteps(Callback):
         try: self.results[step] = self.fn(model)
         finally: model.train(was_training)            # fn may switch to eval mode; training goes on in train mode
         if self.path is not None: atomic_write_bytes(self._file(step), json.dumps(self.results[step]).encode())
+    def record(self, final: int | None = None) -> dict:
+        """The results as one unit's record (`cvlc.core.UnitStore`): the result (a dict) at step `final` (default: the
+        last measured), and every step's under 'at', keyed by the step as a string (as JSON keeps it)."""
+        if not self.results: raise ValueError("no step has been measured yet")
+        return {**self.results[max(self.results) if final is None else final],
+                "at": {str(k): v for k, v in sorted(self.results.items())}}
 
 
 # %% ../nbs/07_training.ipynb #e8e684e4
