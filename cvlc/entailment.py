@@ -351,10 +351,12 @@ def train_classifier(
     seed: int = 0,
     visual: VisualStream | None = None,
     text: Callable[[SentenceBank, int], nn.Module] = BankText,
+    cbs: Sequence[Callback] = (),
 ) -> EntailmentClassifier:
     """Train an EntailmentClassifier on a (concatenated) entailment set for exactly `config.steps` updates (one-cycle
     schedule);
-    its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight."""
+    its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight;
+    `cbs`: more fastai callbacks (a `cvlc.training.AtSteps`, say)."""
     config = config or ClassifierConfig()
     seed_everything(seed)
     model = EntailmentClassifier(
@@ -371,7 +373,7 @@ def train_classifier(
         config.steps,
         config.lr,
         config.wd,
-        [ImageMasking()] if config.masking else [],
+        [*([ImageMasking()] if config.masking else []), *cbs],
         opt_func=torch_optimizer(),                                      # AdamW, as the paper
         exact=True,                                                      # every row of Table 3 trains as long
     )
@@ -467,10 +469,11 @@ class RetrievalConfig:
     bar: bool = False            # fastai's progress bar (the full profile's long runs)
 
 def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: SentenceBank, known: Tensor | None = None,
-                    weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0) -> DualEncoder:
+                    weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0,
+                    cbs: Sequence[Callback] = ()) -> DualEncoder:
     """Train a DualEncoder on linked pairs; `known` (images x captions, bool): pairs never used as negatives; `weak`:
-    pairs
-    trained on as weak positives (WeakOfBatch). Both None: training as usual."""
+    pairs trained on as weak positives (WeakOfBatch, at `config.alpha` x lr). Both None: training as usual. `cbs`: more
+    fastai callbacks."""
     config = config or RetrievalConfig()
     seed_everything(seed)
     model = DualEncoder(bank, config.dim, widths=config.widths, attention=config.attention)
@@ -482,7 +485,7 @@ def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: Se
         config.steps,
         config.lr,
         config.wd,
-        [WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else [],
+        [*([WeakOfBatch(dl, weak, config.alpha, seed)] if weak is not None else []), *cbs],
         opt_func=torch_optimizer(),
         exact=True,
         bar=config.bar,
@@ -495,13 +498,21 @@ def similarity(model: DualEncoder, images: Tensor, caption_ids: Tensor, batch_si
     dev = model.logit_scale.device
     return embed(model.encode_image, images, batch_size, dev) @ embed(model.encode_text, caption_ids, batch_size, dev).T
 
-def retrieval_report(sim: Tensor, linked: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    """TR@K / IR@K against the linked captions and against the exact truth, Entail@10/30 (Eq. 13) and the mean share of
-    images the top-10 captions are true of ('generality': 1/n_images = specific, 1 = true of everything)."""
+def retrieval_report(sim: Tensor, linked: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10),
+                     specific: Tensor | None = None) -> dict[str, float]:
+    """TR@K / IR@K against the linked captions and against the exact truth, Entail@K for each K and 30 (Eq. 13; where
+    there are that many captions) and the mean share of images the top-10 captions are true of ('generality':
+    1/n_images = specific, 1 = true of everything). `specific` (captions, bool): also TR@K against the truth of those
+    captions alone, the whole ranking kept (ranking general captions first does not raise it)."""
+    if specific is not None and specific.shape != (truth.shape[1],):
+        raise ValueError(f"specific must mark each of the {truth.shape[1]} captions, got shape {tuple(specific.shape)}")
     out = {}
     for lab, pos in (("linked", linked), ("truth", truth)):
         out |= {f"TR@{k} {lab}": v for k, v in recall_at_k(sim, pos, ks).items()}
         out |= {f"IR@{k} {lab}": v for k, v in recall_at_k(sim.T, pos.T, ks).items()}
-    for k in (10, 30): out[f"E@{k}"] = entail_at_k(sim, truth, k)
-    out["generality@10"] = float(truth.float().mean(0)[sim.topk(10, dim=1).indices].mean())
+    if specific is not None:
+        out |= {f"TR@{k} specific": v for k, v in recall_at_k(sim, truth & specific.to(truth.device)[None], ks).items()}
+    for k in dict.fromkeys((*ks, 30)):
+        if k <= sim.shape[1]: out[f"E@{k}"] = entail_at_k(sim, truth, k)
+    out["generality@10"] = float(truth.float().mean(0)[sim.topk(min(10, sim.shape[1]), dim=1).indices].mean())
     return out
