@@ -7,7 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/training.html.md"""
 # %% auto #0
 __all__ = ['DictBatch', 'batch_size', 'make_learner', 'torch_optimizer', 'History', 'index_batches', 'IndexedBatches',
            'CycledBatches', 'fit_steps', 'Alternate', 'Joint', 'grad_alignment', 'PretrainFinetune', 'WeakPositives',
-           'rng_state', 'set_rng_state', 'Checkpoint', 'AtSteps', 'DistributedTrainer', 'embed', 'linear_probe']
+           'rng_state', 'set_rng_state', 'Checkpoint', 'AtSteps', 'budget_fractions', 'budget_steps', 'at_budget',
+           'DistributedTrainer', 'embed', 'linear_probe']
 
 # %% ../nbs/07_training.ipynb #e4e6ee93
 from .core import require_extra
@@ -34,7 +35,7 @@ from fastai.learner import Learner
 from fastai.optimizer import Adam, OptimWrapper
 from fastai.torch_core import to_device
 
-from .core import atomic_write_bytes, save_checkpoint, load_checkpoint
+from .core import atomic_write_bytes, by_profile, save_checkpoint, load_checkpoint
 
 # %% ../nbs/07_training.ipynb #26af063d
 class _OneTuple:
@@ -404,6 +405,21 @@ class AtSteps(Callback):
         return {**self.results[max(self.results) if final is None else final],
                 "at": {str(k): v for k, v in sorted(self.results.items())}}
 
+
+# %% ../nbs/07_training.ipynb #at5tep13
+def budget_fractions(profile: str) -> tuple[float, ...]:
+    "The budgets claims are decided at, as fractions of a run's updates: 1/4, 1/2 and all (the demo: 1/2 and all)."
+    return by_profile(profile, smoke=(0.25, 0.5, 1.0), demo=(0.5, 1.0), paper=(0.25, 0.5, 1.0), full=(0.25, 0.5, 1.0))
+
+def budget_steps(steps: int, fractions: Sequence[float]) -> list[int]:
+    "The update counts at `fractions` of a run of `steps` updates (at least 1 each), for `AtSteps`."
+    if any(not 0 < f <= 1 for f in fractions): raise ValueError(f"fractions must be in (0, 1], got {fractions}")
+    return [max(1, round(f * steps)) for f in fractions]
+
+def at_budget(record: Mapping, b: int = -1) -> dict:
+    "A unit's result (`AtSteps.record`) at its b-th measured step, in step order (-1: the last, the whole run)."
+    if "at" not in record: raise KeyError("the record has no 'at' (was it made by AtSteps.record?)")
+    return record["at"][str(sorted(map(int, record["at"]))[b])]
 
 # %% ../nbs/07_training.ipynb #e8e684e4
 def _slice(b: Any, s: slice, n: int) -> Any:
