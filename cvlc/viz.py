@@ -193,6 +193,11 @@ def budget_curves(
         ax.set_title(cid, fontsize=8)
         if logx: ax.set_xscale("log")
         ax.tick_params(labelsize=7)
+    xs = [p[0] for c in curves.values() for pts in c.values() for p in pts]
+    lo, hi = min(xs), max(xs)
+    pad = 0.05 * (hi - lo) if hi > lo else 0.5 * abs(hi) or 0.5
+    for ax in axes.flat[:len(ids)]:            # one budget axis for every panel (a single-point claim included)
+        ax.set_xlim(lo / 1.3 if logx else lo - pad, hi * 1.3 if logx else hi + pad)
     for ax in axes.flat[len(ids):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel(xlabel, fontsize=8)
     axes.flat[0].legend(fontsize=7)
