@@ -230,6 +230,16 @@ def _slug(text: str) -> str:
     out = "".join(c if c.isalnum() or c in "-_." else "-" for c in text.strip())
     return out.strip("-") or "row"
 
+def _config_key(config: Any) -> Any:
+    """`config` with every tensor or array replaced by a digest of its contents (their repr elides the middle of large
+    ones); containers rebuilt, so a config without any keeps its repr."""
+    if isinstance(config, torch.Tensor): config = config.detach().cpu().numpy()
+    if isinstance(config, np.ndarray):
+        return f"array(sha={_sha(np.ascontiguousarray(config).tobytes())[:16]}, shape={config.shape}, {config.dtype})"
+    if isinstance(config, dict): return {k: _config_key(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)): return type(config)(_config_key(v) for v in config)
+    return config
+
 class UnitStore:
     """The finished units (row x seed) of a chapter's experiment, one JSON file each in `folder` (default
     `<run folder>/units`). `run(row, seed, fn, config)` returns a valid stored result or computes, stores and returns
@@ -248,7 +258,7 @@ class UnitStore:
 
     def _identity(self, row: str, seed: int, config: Any) -> dict:
         return {"chapter": self.chapter, "profile": self.profile, "code": self.code, "row": row, "seed": int(seed),
-                "config": _sha(repr(config).encode())[:16]}
+                "config": _sha(repr(_config_key(config)).encode())[:16]}
 
     def load(self, row: str, seed: int, config: Any = None) -> dict | None:
         "The stored record of a unit made by this chapter, profile, configuration and code; else None (and a note)."

@@ -33,7 +33,7 @@ from .core import load_checkpoint, save_checkpoint, seed_everything
 from .losses import nt_xent
 from .metrics import alignment, uniformity
 from .models import ProjectionHead, VisualStream
-from .training import AtSteps, Checkpoint, DistributedTrainer, embed, linear_probe, make_learner
+from .training import AtSteps, Checkpoint, DistributedTrainer, budget_steps, embed, linear_probe, make_learner
 
 # %% ../nbs/10_simclr.ipynb #9f413731
 def _check_images(x: Tensor) -> None:
