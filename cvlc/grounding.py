@@ -160,11 +160,16 @@ class WordRegionAttention(nn.Module):
         return (vw * torch.einsum("bkm,bmd->bkd", a, V)).sum(-1), a
 
 # %% ../nbs/13_grounding.ipynb #49ebf68e
-def img_loss(phi: Tensor, word_image: Tensor, batch_images: Tensor) -> Tensor:
-    "Eq. 8: phi (words, images of the batch); positives are the images equal to the word's own image id."
+def img_loss(phi: Tensor, word_image: Tensor, batch_images: Tensor, words: str = "sum") -> Tensor:
+    """Eq. 8: phi (words, captions of the batch), `batch_images` each caption's image id; positives are the captions
+    whose image is the word's own. words='sum': the paper's sum over a caption's words, averaged over the captions;
+    'mean': the mean over the batch's words (the per-word InfoNCE of the bound, Eq. 5)."""
     if phi.shape != (len(word_image), len(batch_images)):
         raise ValueError(f"phi must be ({len(word_image)} words, {len(batch_images)} images), got {tuple(phi.shape)}")
-    return contrastive(phi, (word_image[:, None] == batch_images[None]).to(phi.dtype))
+    if words not in ("sum", "mean"): raise ValueError(f"words must be 'sum' or 'mean', got {words!r}")
+    pos = (word_image[:, None] == batch_images[None]).to(phi.dtype)
+    if words == "mean": return contrastive(phi, pos)
+    return contrastive(phi, pos, reduction="sum") / len(batch_images)
 
 def lang_loss(phi: Tensor, valid: Tensor | None = None) -> Tensor:
     "Eq. 9: phi (captions, 1 + K) with the true word's compatibility first; `valid` masks missing negatives."
@@ -175,10 +180,11 @@ def lang_loss(phi: Tensor, valid: Tensor | None = None) -> Tensor:
     if mask is not None: mask[:, 0] = True
     return contrastive(phi, pos, mask)
 
-def grounding_loss(out: dict, b=None, lam: float = 1.0) -> Tensor:
-    """L_img + lam * L_lang (the paper: lam = 1) of a model's outputs: `phi_img`, `word_image`, `images` and optionally
-    `phi_lang`, `lang_valid` (captions without a valid negative are left out of L_lang)."""
-    loss = img_loss(out["phi_img"], out["word_image"], out["images"])                     # Eq. 8
+def grounding_loss(out: dict, b=None, lam: float = 1.0, img_words: str = "sum") -> Tensor:
+    """L_img + lam * L_lang (the paper: lam = 1, L_img summed over a caption's words) of a model's outputs: `phi_img`,
+    `word_image`, `images` and optionally `phi_lang`, `lang_valid` (captions without a valid negative are left out of
+    L_lang); `img_words`: how L_img takes a caption's words (`img_loss`'s `words`)."""
+    loss = img_loss(out["phi_img"], out["word_image"], out["images"], img_words)          # Eq. 8
     if "phi_lang" in out:
         has = out["lang_valid"][:, 1:].any(1)
         if has.any(): loss = loss + lam * lang_loss(out["phi_lang"][has], out["lang_valid"][has])   # Eq. 9

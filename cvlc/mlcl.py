@@ -147,15 +147,20 @@ class RPMSolver(nn.Module):
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e028
 def mlcl_loss(
-    z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.1, wrong_negatives: bool = True
+    z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.07, wrong_negatives: bool = True
 ) -> Tensor:
-    """MLCL (Eq. 5-8): anchors are the correct completions z[b, target[b]], positives share a rule (multi-hot `rules`),
-    and the 7 wrong completions of every matrix join every denominator."""
-    if z.ndim != 3 or z.shape[1] != 8: raise ValueError(f"z must be (batch, 8, d), got shape {tuple(z.shape)}")
-    if target.shape != (len(z),): raise ValueError(f"target must be ({len(z)},), got shape {tuple(target.shape)}")
-    right = F.one_hot(target.long(), 8).bool()
-    wrong = z[~right].reshape(-1, z.shape[-1]) if wrong_negatives else None
-    return multilabel_supcon(z[right][:, None], rules, extra_negatives=wrong, temperature=temperature)
+    """MLCL (Eq. 5-8): anchors are the correct completions z[b, v, target[b]] of every view v of every matrix b,
+    positives share a rule (multi-hot `rules`; another view of the same matrix shares them all), and the 7 wrong
+    completions of every view of every matrix join every denominator. z: (batch, 8, d) or (batch, views, 8, d)."""
+    if z.ndim == 3: z = z[:, None]
+    if z.ndim != 4 or z.shape[2] != 8:
+        raise ValueError(f"z must be (batch, 8, d) or (batch, views, 8, d), got shape {tuple(z.shape)}")
+    b, v, _, d = z.shape
+    if target.shape != (b,): raise ValueError(f"target must be ({b},), got shape {tuple(target.shape)}")
+    right = F.one_hot(target.long(), 8).bool()[:, None].expand(b, v, 8)
+    wrong = z[~right].reshape(-1, d) if wrong_negatives else None
+    return multilabel_supcon(z[right].reshape(b, v, d), rules, extra_negatives=wrong, temperature=temperature)
+
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e033
 METHODS = ("ce", "aux_dense", "aux_sparse", "mlcl")
@@ -165,7 +170,8 @@ class RPMTrainConfig:
     "How to train a solver: the method, its weights, and the optimisation."
     method: str = "ce"                  # one of METHODS
     beta: float = 1.0                   # weight of the auxiliary loss (Eq. 4, 9)
-    temperature: float = 0.1            # tau of MLCL (Eq. 7-8)
+    temperature: float = 0.07           # tau of MLCL (Eq. 7-8; the slides give none, the authors' code 0.07)
+    views: int | None = None            # views of each matrix in its batch (the slides' 2N); None: 2 for MLCL, else 1
     wrong_negatives: bool = True        # MLCL: the 7 wrong completions of every matrix as negatives (Eq. 8)
     three_phase: bool = False           # MLCL: contrastive pre-training, then psi alone, then fine-tuning with CE
     augment: bool = False               # one random flip / rotation / transpose on all 16 panels of a matrix
@@ -184,8 +190,15 @@ class RPMTrainConfig:
         if self.three_phase and self.method != "mlcl":
             raise ValueError("three_phase is a schedule of the 'mlcl' method")
         if self.beta < 0 or self.temperature <= 0: raise ValueError("beta must be >= 0 and temperature > 0")
+        if self.views is not None and (not isinstance(self.views, int) or self.views < 1):
+            raise ValueError(f"views must be None or an int >= 1, got {self.views!r}")
         if self.schedule not in ("one_cycle", "constant"):
             raise ValueError(f"schedule must be 'one_cycle' or 'constant', got {self.schedule!r}")
+
+    @property
+    def n_views(self) -> int:
+        "Views of each matrix in a batch: `views`, or by default 2 for MLCL (Eq. 5-6's 2N) and 1 for the others."
+        return self.views or (2 if self.method == "mlcl" else 1)
 
 def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
@@ -193,14 +206,19 @@ def aux_bits(method: str) -> int:
 
 def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str] = ("ce", "aux", "mlc")) -> Tensor:
     """The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ MLCL); `parts` keeps a subset (for the
-    three phases)."""
+    three phases). With V views of each matrix (`rpm_batches(views=V)`), the outputs hold V rows per label row."""
     m, loss = config.method, out["scores"].new_zeros(())
-    if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], batch["target"])
+    b, n = len(batch["target"]), len(out["scores"])
+    if n % b: raise ValueError(f"{n} output rows for {b} matrices: expected a whole number of views of each")
+    v = n // b
+    each = lambda t: t.repeat_interleave(v, 0)                  # one label row per view (views are adjacent)
+    if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], each(batch["target"]))
     if "aux" in parts and m != "ce":
         rules = batch["dense"] if m == "aux_dense" else batch["sparse"]
-        loss = loss + config.beta * F.binary_cross_entropy_with_logits(out["aux"], rules.float())
+        loss = loss + config.beta * F.binary_cross_entropy_with_logits(out["aux"], each(rules).float())
     if "mlc" in parts and m == "mlcl":
-        loss = loss + mlcl_loss(out["z"], batch["target"], batch["sparse"], config.temperature, config.wrong_negatives)
+        z = out["z"].reshape(b, v, *out["z"].shape[1:])
+        loss = loss + mlcl_loss(z, batch["target"], batch["sparse"], config.temperature, config.wrong_negatives)
     return loss
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e036
@@ -214,22 +232,27 @@ def rpm_batches(
     shuffle: bool = True,
     puzzles: Sequence | None = None,
     augment_panels: bool = False,
+    views: int = 1,
 ):
     """A DataLoader of dict batches over Raven matrices (images (n, 16, S, S) uint8), optionally augmented per matrix;
-    augmentation needs `puzzles`, the symbolic puzzles or RAVEN's meta matrices of them (to spare Position rules)."""
+    augmentation needs `puzzles`, the symbolic puzzles or RAVEN's meta matrices of them (to spare Position rules).
+    `views` > 1 puts each matrix that many times, next to each other, in `images` (each view with its own transform
+    when augmenting, identical otherwise); the labels stay one row per matrix."""
     from torch.utils.data import DataLoader
     n = len(images)
     if not (len(target) == len(dense) == len(sparse) == n):
         raise ValueError("images, target, dense and sparse must have one length")
     if augment_panels and (puzzles is None or len(puzzles) != n):
         raise ValueError("augmentation needs the symbolic puzzles or their meta matrices (to spare Position rules)")
+    if not isinstance(views, int) or views < 1: raise ValueError(f"views must be an int >= 1, got {views!r}")
     gen = torch.Generator().manual_seed(seed)
     def collate(idx):
         idx = np.asarray(idx)
-        imgs = images[idx]
+        each = np.repeat(idx, views)
+        imgs = images[each]
         if augment_panels:
-            seeds = torch.randint(0, 2**31 - 1, (len(idx),), generator=gen).tolist()
-            imgs = np.stack([augment(im, puzzles[i], np.random.default_rng(s)) for im, i, s in zip(imgs, idx, seeds)])
+            seeds = torch.randint(0, 2**31 - 1, (len(each),), generator=gen).tolist()
+            imgs = np.stack([augment(im, puzzles[i], np.random.default_rng(s)) for im, i, s in zip(imgs, each, seeds)])
         return {"images": torch.from_numpy(np.ascontiguousarray(imgs)), "target": torch.as_tensor(target[idx]).long(),
                 "dense": torch.as_tensor(dense[idx]).long(), "sparse": torch.as_tensor(sparse[idx]).long()}
     return DataLoader(range(n), batch_size, shuffle=shuffle, drop_last=shuffle, collate_fn=collate, generator=gen)
@@ -302,7 +325,8 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         patch=config.patch,
     )
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
-                     puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment)
+                     puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
+                     views=config.n_views)
     phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
     if config.three_phase:
         e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2
