@@ -58,15 +58,17 @@ def batch_size(batch: Mapping) -> int:
 # %% ../nbs/07_training.ipynb #8abd7645
 def make_learner(model: nn.Module, train: Iterable, valid: Iterable | None = None, loss_func: Callable | None = None, *,
                  lr: float = 1e-3, opt_func: Callable = Adam, wd: float | None = None, cbs: Sequence[Callback] = (),
-                 metrics: Sequence = (), history: bool = True) -> Learner:
+                 metrics: Sequence = (), history: bool = True, splitter: Callable | None = None) -> Learner:
     """A fastai `Learner` over loaders of dict batches: `model(batch)`, `loss_func(pred, batch)`, `metrics` as
-    `f(pred, batch)`; a `History` of every loss is kept unless `history=False`."""
+    `f(pred, batch)`; a `History` of every loss is kept unless `history=False`. `splitter(model)`: lists of parameters,
+    one optimizer group each (fastai's), for a learning rate per group."""
     if not isinstance(model, nn.Module): raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if loss_func is None or not callable(loss_func):
         raise TypeError("loss_func must be a callable (pred, batch) -> scalar loss")
     dls = DataLoaders(_OneTuple(train), _OneTuple(valid if valid is not None else []))
     cbs = [DictBatch(), *([History()] if history else []), *cbs]
-    return Learner(dls, model, loss_func=loss_func, opt_func=opt_func, lr=lr, wd=wd, cbs=cbs, metrics=list(metrics))
+    return Learner(dls, model, loss_func=loss_func, opt_func=opt_func, lr=lr, wd=wd, cbs=cbs, metrics=list(metrics),
+                   **({"splitter": splitter} if splitter is not None else {}))
 
 def torch_optimizer(opt: type = torch.optim.AdamW, **defaults) -> Callable:
     """A fastai `opt_func` that runs a PyTorch optimizer (through `OptimWrapper`): one vectorised update of all the
@@ -161,20 +163,28 @@ def fit_steps(
     train: Iterable,
     loss_func: Callable,
     steps: int,
-    lr: float = 1e-3,
+    lr: float | Sequence[float] = 1e-3,
     wd: float | None = None,
     cbs: Sequence[Callback] = (),
     opt_func: Callable = Adam,
     exact: bool = False,
     bar: bool = False,
+    splitter: Callable | None = None,
 ) -> Learner:
     """Train for about `steps` updates: whole epochs of `train` (at least one), one-cycle schedule at `lr`; the
     Learner's `history` keeps every loss. `exact=True`: exactly `steps` updates, as one epoch of `CycledBatches`.
-    Quiet unless `bar=True` (fastai's progress bar, for long runs)."""
+    Quiet unless `bar=True` (fastai's progress bar, for long runs). With `splitter` (see `make_learner`), `lr` holds
+    one peak learning rate per parameter group."""
+    many = not isinstance(lr, (int, float))
+    if many != (splitter is not None):
+        raise ValueError("one learning rate per parameter group needs a splitter, and a splitter a learning rate per group")
+    peak = np.array(lr, dtype=float) if many else lr
+    if many and len(splitter(model)) != len(peak):
+        raise ValueError(f"{len(peak)} learning rates for {len(splitter(model))} parameter groups")
     if exact: train = CycledBatches(train, steps)
-    learn = make_learner(model, train, None, loss_func, lr=lr, wd=wd, cbs=cbs, opt_func=opt_func)
+    learn = make_learner(model, train, None, loss_func, lr=peak, wd=wd, cbs=cbs, opt_func=opt_func, splitter=splitter)
     with nullcontext() if bar else learn.no_bar(), learn.no_logging():
-        learn.fit_one_cycle(max(1, round(steps / max(len(train), 1))), lr)
+        learn.fit_one_cycle(max(1, round(steps / max(len(train), 1))), peak)
     return learn
 
 # %% ../nbs/07_training.ipynb #8b0cdbeb
