@@ -177,7 +177,8 @@ def fit_steps(
     one peak learning rate per parameter group."""
     many = not isinstance(lr, (int, float))
     if many != (splitter is not None):
-        raise ValueError("one learning rate per parameter group needs a splitter, and a splitter a learning rate per group")
+        raise ValueError("one learning rate per parameter group needs a splitter, "
+                         "and a splitter a learning rate per group")
     peak = np.array(lr, dtype=float) if many else lr
     if many and len(splitter(model)) != len(peak):
         raise ValueError(f"{len(peak)} learning rates for {len(splitter(model))} parameter groups")
