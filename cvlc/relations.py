@@ -69,8 +69,9 @@ class StageConfig:
 
 def language_groups(model: nn.Module) -> list[list[nn.Parameter]]:
     "Two parameter groups: the model's pretrained language stream (`model.language`), then everything else."
-    lang = {id(p) for p in model.language.parameters()}
-    return [[p for p in model.parameters() if id(p) in lang], [p for p in model.parameters() if id(p) not in lang]]
+    lang = list(model.language.parameters())
+    ids = {id(p) for p in lang}
+    return [lang, [p for p in model.parameters() if id(p) not in ids]]
 
 def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig, cbs: Sequence = ()) -> list[float]:
     """Exactly `config.steps` updates, cycling `dl` (`cvlc.training.fit_steps`), with fastai callbacks `cbs` (a

@@ -180,8 +180,8 @@ def fit_steps(
         raise ValueError("one learning rate per parameter group needs a splitter, "
                          "and a splitter a learning rate per group")
     peak = np.array(lr, dtype=float) if many else lr
-    if many and len(splitter(model)) != len(peak):
-        raise ValueError(f"{len(peak)} learning rates for {len(splitter(model))} parameter groups")
+    if many and (groups := len(splitter(model))) != len(peak):
+        raise ValueError(f"{len(peak)} learning rates for {groups} parameter groups")
     if exact: train = CycledBatches(train, steps)
     learn = make_learner(model, train, None, loss_func, lr=peak, wd=wd, cbs=cbs, opt_func=opt_func, splitter=splitter)
     with nullcontext() if bar else learn.no_bar(), learn.no_logging():
