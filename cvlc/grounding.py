@@ -48,12 +48,15 @@ def world_proposals(scenes, n: int = 12, seed: int = 0) -> tuple[Tensor, Tensor]
     return torch.stack(boxes), torch.tensor(counts)
 
 # %% ../nbs/13_grounding.ipynb #64b697e0
-def content_words(text: str, phrases: Sequence) -> list[int]:
-    "Positions (space-separated words) of the content words inside a caption's noun phrases (world vocabulary)."
+def content_words(text: str, phrases: Sequence, nouns: bool = False) -> list[int]:
+    """Positions (space-separated words) of the content words inside a caption's noun phrases (world vocabulary);
+    `nouns`: only the nouns (shape words in the singular or the plural, 'thing', 'object'), the words the paper swaps
+    for its negative captions (Sec. 2.4)."""
     from cvlc.world import word_meanings
     mean = word_meanings()
     words = text.split(" ")
-    return [i for i, t in enumerate(words) if t in mean and any(s <= i < e for s, e, *_ in phrases)]
+    return [i for i, t in enumerate(words) if t in mean and any(s <= i < e for s, e, *_ in phrases)
+            and (not nouns or mean[t][0] == "shape")]
 
 # %% ../nbs/13_grounding.ipynb #810aa7e1
 class RegionEncoder(nn.Module):
@@ -343,7 +346,8 @@ def _word_mask(word: Tensor, positions: Sequence[Sequence[int]]) -> Tensor:
 class LMGrounding(nn.Module):
     """The word-region attention trained on captions over a frozen Hugging Face masked LM (word features, Sec. 2.3, and
     context-preserving negatives, Sec. 2.4). A batch is {"caption": indices}; the outputs feed `grounding_loss`.
-    `caption_rows[i]`: caption i's image, a row of `regions` (images, m, d_region)."""
+    `caption_rows[i]`: caption i's image, a row of `regions` (images, m, d_region). `allowed`: the words a negative may
+    swap in; given (a noun list, as the paper's POS filter), also the only words of a caption that are swapped out."""
     def __init__(self, att: WordRegionAttention, lm: nn.Module, tokenizer, captions: Sequence[str], caption_rows,
                  regions: Tensor, region_mask: Tensor | None = None, negatives: str = "re-ranked", n_propose: int = 30,
                  n_keep: int = 25, allowed: Sequence[str] | None = None, max_length: int = 64, seed: int = 0):
@@ -356,6 +360,8 @@ class LMGrounding(nn.Module):
         self.att, self.lm, self.tok = att, lm.eval().requires_grad_(False), tokenizer
         self.words = [split_caption(c) for c in captions]
         self.content = [content_positions(w) for w in self.words]
+        vocab = None if allowed is None else set(allowed)                # a noun list: s is one of its words (Sec. 2.4)
+        self.swappable = [[i for i in c if vocab is None or w[i] in vocab] for w, c in zip(self.words, self.content)]
         self.register_buffer("caption_image", torch.as_tensor(caption_rows, dtype=torch.long), persistent=False)
         self.regions = regions                                          # kept on the CPU: a batch's rows move
         self.region_mask = (torch.ones(regions.shape[:2], dtype=torch.bool) if region_mask is None
@@ -379,7 +385,7 @@ class LMGrounding(nn.Module):
         phi, _ = self.att.all_pairs(R, states[content], kv=kv)
         out = {"phi_img": phi, "word_image": img[content.nonzero()[:, 0]], "images": img}
         if self.negatives != "none":
-            W, valid = self._lang_words(words, [self.content[i] for i in ci], states, word, out_lm.logits)
+            W, valid = self._lang_words(words, [self.swappable[i] for i in ci], states, word, out_lm.logits)
             out["phi_lang"], out["lang_valid"] = self.att.own_image(R, W, word_mask=valid, kv=kv)[0], valid
         return out
 
@@ -411,6 +417,8 @@ class LMGrounding(nn.Module):
         ones = torch.ones(B, 1, dtype=torch.bool, device=dev)
         return torch.cat([true[:, None], neg], 1), torch.cat([ones, valid], 1)
 
+
+# %% ../nbs/13_grounding.ipynb #e5569eff
 def train_lm_grounding(task: LMGrounding, steps: int, batch_size: int = 50, lr: float = 1e-5, seed: int = 0,
                        cbs=(), bar: bool = True) -> list[float]:
     """Exactly `steps` updates of L_img + L_lang on batches of `batch_size` captions (the paper: 50, Adam, lr 1e-5),
