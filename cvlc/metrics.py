@@ -210,18 +210,35 @@ def phrase_scores(token_scores: Tensor, spans: Sequence[tuple[int, int]]) -> Ten
         out.append(ts[s:e].max(0).values)
     return torch.stack(out) if out else ts.new_zeros(0, ts.shape[1])
 
+def _iou(a: Tensor, b: Tensor, one: float) -> Tensor:
+    "IoU of broadcastable boxes a (..., 4) and b (..., 4); `one` is 1 for the pixel convention, else 0."
+    lt = torch.maximum(a[..., :2], b[..., :2]); rb = torch.minimum(a[..., 2:], b[..., 2:])
+    inter = (rb - lt + one).clamp_min(0).prod(-1)
+    area = lambda x: (x[..., 2:] - x[..., :2] + one).clamp_min(0).prod(-1)
+    union = area(a) + area(b) - inter
+    return torch.where(union > 0, inter / union.clamp_min(1e-12), 0.0)
+
 def box_iou(a: Tensor, b: Tensor, pixel_inclusive: bool = False) -> Tensor:
     """IoU of every box in `a` (n, 4) with every box in `b` (m, 4), boxes as [x1, y1, x2, y2].
 
     Continuous by default (a box is the region between its corners: width x2 - x1). `pixel_inclusive=True` reads
     the corners as the first and last pixel, width x2 - x1 + 1, as InfoGround's and Pascal VOC's code do."""
     a, b = _as_tensor(a, "boxes", torch.float64).reshape(-1, 4), _as_tensor(b, "boxes", torch.float64).reshape(-1, 4)
-    one = 1.0 if pixel_inclusive else 0.0
-    lt = torch.maximum(a[:, None, :2], b[None, :, :2]); rb = torch.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = (rb - lt + one).clamp_min(0).prod(-1)
-    area = lambda x: (x[:, 2:] - x[:, :2] + one).clamp_min(0).prod(-1)
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return torch.where(union > 0, inter / union.clamp_min(1e-12), 0.0)
+    return _iou(a[:, None], b[None], 1.0 if pixel_inclusive else 0.0)
+
+def _padded_boxes(boxes: Sequence, name: str, device=None) -> tuple[Tensor, Tensor]:
+    """Lists of boxes, one (n_i, 4) per phrase, as one zero-padded (phrases, max n_i, 4) float64 tensor and the mask
+    (phrases, max n_i) of its real boxes; a (phrases, n, 4) tensor is taken as it is."""
+    if isinstance(boxes, Tensor) and boxes.ndim == 3 and boxes.shape[2] == 4:
+        b = boxes.to(device=device, dtype=torch.float64)
+        return b, torch.ones(b.shape[:2], dtype=torch.bool, device=b.device)
+    rows = [_as_tensor(b, name, torch.float64).reshape(-1, 4).to(device) for b in boxes]
+    if not rows:
+        empty = torch.zeros(0, 0, 4, dtype=torch.float64, device=device)
+        return empty, empty[..., 0].bool()
+    padded = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    n = torch.tensor([len(r) for r in rows], device=padded.device)
+    return padded, torch.arange(padded.shape[1], device=padded.device) < n[:, None]
 
 def _points(points_or_heatmaps) -> Tensor:
     x = _as_tensor(points_or_heatmaps, "points_or_heatmaps")
@@ -237,14 +254,13 @@ def pointing_accuracy(points_or_heatmaps, boxes: Sequence, return_count: bool = 
     A point on the border counts as inside; `strict=True` requires x1 < x < x2 and y1 < y < y2, as InfoGround's code."""
     pts = _points(points_or_heatmaps)
     if len(pts) != len(boxes): raise ValueError(f"{len(pts)} predictions but {len(boxes)} lists of boxes")
-    hits = n = 0
-    for p, bx in zip(pts, boxes):
-        bx = _as_tensor(bx, "boxes", torch.float64).reshape(-1, 4)
-        if len(bx) == 0: continue
-        n += 1
-        lo, hi = (p > bx[:, :2], p < bx[:, 2:]) if strict else (p >= bx[:, :2], p <= bx[:, 2:])
-        hits += bool((lo & hi).all(1).any())
+    bx, real = _padded_boxes(boxes, "boxes", pts.device)                                   # (n, G, 4), (n, G)
+    p = pts[:, None, :]
+    lo, hi = (p > bx[..., :2], p < bx[..., 2:]) if strict else (p >= bx[..., :2], p <= bx[..., 2:])
+    has = real.any(1)
+    n = int(has.sum())
     if n == 0: raise ValueError("no phrase has a ground-truth box")
+    hits = int(((lo & hi).all(-1) & real).any(1).sum())
     return (hits / n, n) if return_count else hits / n
 
 def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequence[int] = (1, 5, 10), iou: float = 0.5,
@@ -254,14 +270,21 @@ def box_recall_at_k(ranked_boxes: Sequence, gt_boxes: Sequence, ks: int | Sequen
     ks = [ks] if isinstance(ks, int) else list(ks)
     if len(ranked_boxes) != len(gt_boxes):
         raise ValueError(f"{len(ranked_boxes)} rankings but {len(gt_boxes)} lists of boxes")
-    first_hit = []
-    for rb, gb in zip(ranked_boxes, gt_boxes):
-        gb = _as_tensor(gb, "gt_boxes", torch.float64).reshape(-1, 4)
-        if len(gb) == 0: continue
-        ok = (box_iou(rb, gb, pixel_inclusive) >= iou).any(1)
-        first_hit.append(int(torch.nonzero(ok)[0]) if ok.any() else math.inf)
-    if not first_hit: raise ValueError("no phrase has a ground-truth box")
-    return {k: sum(h < k for h in first_hit) / len(first_hit) for k in ks}
+    rb, rreal = _padded_boxes(ranked_boxes, "ranked_boxes")                                # (P, m, 4), (P, m)
+    gb, greal = _padded_boxes(gt_boxes, "gt_boxes", rb.device)                            # (P, G, 4), (P, G)
+    has = greal.any(1)
+    if not has.any(): raise ValueError("no phrase has a ground-truth box")
+    one, m = (1.0 if pixel_inclusive else 0.0), rb.shape[1]
+    first = torch.full((len(rb),), math.inf, dtype=torch.float64, device=rb.device)        # rank of the first hit
+    step = max(1, _BLOCK // max(m * gb.shape[1], 1))                                       # phrases per block
+    rank = torch.arange(m, device=rb.device, dtype=torch.float64)
+    for s in range(0, len(rb) if m else 0, step):
+        hit = (_iou(rb[s:s + step, :, None], gb[s:s + step, None], one) >= iou) & greal[s:s + step, None]
+        hit = hit.any(2) & rreal[s:s + step]                                                  # (block, m)
+        first[s:s + step] = torch.where(hit, rank, math.inf).amin(1)
+    first = first[has]
+    return {k: float((first < k).double().mean()) for k in ks}
+
 
 # %% ../nbs/05_metrics.ipynb #fed98385
 def topk_accuracy(scores, target, ks: int | Sequence[int] = (1, 5)) -> dict[int, float]:
