@@ -1,4 +1,4 @@
-"""`python -m cvlc.bench losses|metrics`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, and of its Recall@K against plain NumPy.
+"""`python -m cvlc.bench losses|metrics`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, and of its Recall@K and grounding metrics against plain NumPy and per-phrase loops.
 
 Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 
@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 # %% auto #0
 __all__ = ['plain_supcon', 'time_ms', 'peak_mb_here', 'peak_rss_mb', 'in_fresh_process', 'peak_mb', 'bench_supcon',
            'interleaved_times', 'spread', 'interleaved_ms', 'format_table', 'plot_supcon_bench', 'plain_recall',
-           'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'bench_finite_check', 'format_finite_table',
-           'big_run', 'main']
+           'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'loop_grounding', 'cvlc_grounding',
+           'bench_grounding', 'format_grounding_row', 'bench_finite_check', 'format_finite_table', 'big_run', 'main']
 
 # %% ../nbs/api/bench.ipynb #c71c61d9
 import argparse, gc, json, re, statistics, subprocess, sys, time
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .losses import supcon
-from .metrics import recall_at_k
+from .metrics import box_iou, box_recall_at_k, pointing_accuracy, recall_at_k
 
 # %% ../nbs/api/bench.ipynb #fae7c346
 def plain_supcon(z: torch.Tensor, labels: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
@@ -236,6 +236,47 @@ def format_recall_table(rows: Sequence[dict]) -> str:
                      f"{r['numpy_ms'] / r['cvlc_ms']:>8.2f} {f(r.get('cvlc_mb'))} {f(r.get('numpy_mb')):>10}")
     return "\n".join(lines)
 
+# %% ../nbs/api/bench.ipynb #aba46935
+def loop_grounding(points: torch.Tensor, ranked: Sequence, gt: Sequence, ks: Sequence[int] = (1, 5, 10)) -> dict:
+    "Reference pointing accuracy and recall@k (IoU >= 0.5): a loop over phrases, one `box_iou` per phrase."
+    hits, first = 0, []
+    for p, rb, gb in zip(points, ranked, gt):
+        if len(gb) == 0: continue
+        hits += bool(((p >= gb[:, :2]) & (p <= gb[:, 2:])).all(1).any())
+        ok = (box_iou(rb, gb) >= 0.5).any(1)
+        first.append(int(torch.nonzero(ok)[0]) if ok.any() else float("inf"))
+    return {"pointing": hits / len(first), **{k: sum(h < k for h in first) / len(first) for k in ks}}
+
+def cvlc_grounding(points: torch.Tensor, ranked: torch.Tensor, gt: Sequence, ks: Sequence[int] = (1, 5, 10)) -> dict:
+    "The same metrics from `cvlc.metrics`."
+    return {"pointing": pointing_accuracy(points, gt), **box_recall_at_k(ranked, gt, ks)}
+
+def _grounding_inputs(phrases: int, proposals: int = 30, seed: int = 0) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    def boxes(*shape):
+        xy = torch.rand(*shape, 2, 2, generator=g).mul(480).sort(-2).values        # sorted corners: x1 <= x2, y1 <= y2
+        return xy.transpose(-1, -2).reshape(*shape, 4)[..., [0, 2, 1, 3]].double()
+    ranked = boxes(phrases, proposals)
+    extra = torch.randint(0, 3, (phrases,), generator=g)
+    gt = [torch.cat([ranked[i, :1] + 5, boxes(int(n))]) for i, n in enumerate(extra)]   # the top box often hits
+    points = (ranked[:, 0, :2] + ranked[:, 0, 2:]) / 2
+    return points, ranked, gt
+
+def bench_grounding(phrases: int = 14000, proposals: int = 30, repeats: int = 3) -> dict:
+    "Time (ms, median and quartiles) of pointing accuracy and recall@1/5/10 by cvlc and by the per-phrase loop."
+    points, ranked, gt = _grounding_inputs(phrases, proposals)
+    fns = {"cvlc": lambda: cvlc_grounding(points, ranked, gt), "loop": lambda: loop_grounding(points, ranked, gt)}
+    results = {k: f() for k, f in fns.items()}
+    if results["cvlc"] != results["loop"]: raise AssertionError(f"cvlc and the loop disagree: {results}")
+    return {"phrases": phrases, "proposals": proposals, **spread(interleaved_times(fns, repeats)),
+            "metrics": results["cvlc"]}
+
+def format_grounding_row(r: dict) -> str:
+    "The grounding benchmark in one line: both times and their ratio."
+    return (f"{r['phrases']} phrases x {r['proposals']} proposals: cvlc {r['cvlc_ms']:.1f} ms, "
+            f"per-phrase loop {r['loop_ms']:.1f} ms, x{r['loop_ms'] / r['cvlc_ms']:.1f}")
+
+
 # %% ../nbs/api/bench.ipynb #f1n1te02
 def bench_finite_check(sizes: Sequence[int] = (128, 512, 2048), d: int = 128, device: str = "cpu",
                        repeats: int = 20) -> list[dict]:
@@ -307,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"torch threads={torch.get_num_threads()}, median of {args.repeats}")
         out["recall"] = bench_recall(args.images, repeats=args.repeats, memory=not args.no_memory)
         print(format_recall_table(out["recall"]))
+        out["grounding"] = bench_grounding(repeats=args.repeats)
+        print("Pointing accuracy and recall@1/5/10, float64 boxes:", format_grounding_row(out["grounding"]))
     if args.what in ("finite", "all"):
         print(f"NT-Xent forward+backward with the finite check: d=128, device={args.device}, "
               f"torch threads={torch.get_num_threads()}")
