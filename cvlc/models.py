@@ -400,13 +400,19 @@ def prefix_encoder(encoder: "HFTextEncoder", k: int) -> Callable[[Sequence[str]]
 
 class BertTop(nn.Module):
     """A copy of the top `k` encoder layers of a BERT-like model, run on cached states (B, T, d) with their mask;
-    `freeze_qk` freezes each layer's attention query and key (VG-BERT A.2), `freeze_lower(n)` the lowest n of the k."""
-    def __init__(self, encoder: "HFTextEncoder | nn.Module", k: int, freeze_qk: bool = False):
+    `freeze_qk` freezes each layer's attention query and key (VG-BERT A.2), `freeze_lower(n)` the lowest n of the k;
+    `dropout` sets the copied layers' dropout rate, attention and hidden (None keeps the model's: BERT's 0.1)."""
+    def __init__(self, encoder: "HFTextEncoder | nn.Module", k: int, freeze_qk: bool = False,
+                 dropout: float | None = None):
         super().__init__()
         layers = _bert_layers(getattr(encoder, "model", encoder))
         if not 1 <= k <= len(layers): raise ValueError(f"k must be in [1, {len(layers)}], got {k}")
         self.layers = copy.deepcopy(layers[len(layers) - k:])
         self.layers.requires_grad_(True)
+        if dropout is not None:
+            if not 0 <= dropout < 1: raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            for m in self.layers.modules():
+                if isinstance(m, nn.Dropout): m.p = dropout
         if freeze_qk:
             for l in self.layers:
                 for p in [*l.attention.self.query.parameters(), *l.attention.self.key.parameters()]:
