@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/grounding.html.md"""
 # %% auto #0
 __all__ = ['LM_NEGATIVES', 'world_proposals', 'content_words', 'RegionEncoder', 'MaskedLM', 'mask_tokens', 'MLP',
            'WordRegionAttention', 'img_loss', 'lang_loss', 'grounding_loss', 'rank_substitutes', 'masked_lm_probs',
-           'hf_substitutes', 'phrase_region_scores', 'grounding_metrics', 'split_caption', 'content_positions',
-           'lm_token_states', 'LMGrounding', 'train_lm_grounding', 'entities_report']
+           'hf_substitutes', 'phrase_region_scores', 'grounding_metrics', 'word_identity_share', 'split_caption',
+           'content_positions', 'lm_token_states', 'LMGrounding', 'train_lm_grounding', 'entities_report']
 
 # %% ../nbs/13_grounding.ipynb #d1cd2219
 from .core import require_extra
@@ -298,6 +298,22 @@ def grounding_metrics(
     out = {"pointing": pointing_accuracy(centres, gt_boxes)}
     out.update({f"R@{k}": v for k, v in box_recall_at_k(ranked, gt_boxes, ks).items()})
     return out
+
+# %% ../nbs/13_grounding.ipynb #3e72df36
+def word_identity_share(feats: Tensor, word_ids: Tensor) -> float:
+    """The share of the variance of word features (n, d) that the words' identities (n,) explain: 1 minus the sum of
+    squares around each word's mean over the sum of squares around the overall mean (1: a word has one feature
+    whatever its context; 0: the identity explains nothing)."""
+    x, ids = feats.double(), torch.as_tensor(word_ids)
+    if x.ndim != 2 or ids.shape != (len(x),):
+        raise ValueError(f"feats must be (n, d) and word_ids (n,), got {tuple(x.shape)} and {tuple(ids.shape)}")
+    total = ((x - x.mean(0)) ** 2).sum()
+    if len(x) == 0 or total == 0: raise ValueError("the features do not vary: the share is undefined")
+    _, group = ids.unique(return_inverse=True)
+    k = int(group.max()) + 1
+    means = x.new_zeros(k, x.shape[1]).index_add_(0, group, x) / torch.bincount(group, minlength=k)[:, None]
+    return float(1 - ((x - means[group]) ** 2).sum() / total)
+
 
 # %% ../nbs/13_grounding.ipynb #g13f0002
 LM_NEGATIVES = ("none", "random", "plausible", "re-ranked")
