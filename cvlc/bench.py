@@ -237,13 +237,17 @@ def format_recall_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 # %% ../nbs/api/bench.ipynb #aba46935
-def loop_grounding(points: torch.Tensor, ranked: Sequence, gt: Sequence, ks: Sequence[int] = (1, 5, 10)) -> dict:
-    "Reference pointing accuracy and recall@k (IoU >= 0.5): a loop over phrases, one `box_iou` per phrase."
+def loop_grounding(points: torch.Tensor, ranked: Sequence, gt: Sequence, ks: Sequence[int] = (1, 5, 10),
+                   iou: float = 0.5, pixel_inclusive: bool = False, strict: bool = False) -> dict:
+    """Reference pointing accuracy and recall@k (IoU >= iou): a loop over phrases, one `box_iou` per phrase; the
+    options as in `pointing_accuracy` and `box_recall_at_k`."""
     hits, first = 0, []
     for p, rb, gb in zip(points, ranked, gt):
+        gb = torch.as_tensor(gb, dtype=torch.float64).reshape(-1, 4)
         if len(gb) == 0: continue
-        hits += bool(((p >= gb[:, :2]) & (p <= gb[:, 2:])).all(1).any())
-        ok = (box_iou(rb, gb) >= 0.5).any(1)
+        lo, hi = (p > gb[:, :2], p < gb[:, 2:]) if strict else (p >= gb[:, :2], p <= gb[:, 2:])
+        hits += bool((lo & hi).all(1).any())
+        ok = (box_iou(rb, gb, pixel_inclusive) >= iou).any(1)
         first.append(int(torch.nonzero(ok)[0]) if ok.any() else float("inf"))
     return {"pointing": hits / len(first), **{k: sum(h < k for h in first) / len(first) for k in ks}}
 
