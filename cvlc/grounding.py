@@ -274,14 +274,16 @@ def hf_substitutes(
 def phrase_region_scores(att: WordRegionAttention, regions: Tensor, region_mask: Tensor | None, phrase_image: Tensor,
                          token_feats: Tensor, token_mask: Tensor, reduce: str = "max") -> Tensor:
     """Per phrase (P), per region of its image: the max (the paper's) or the mean over the phrase's tokens (P, n,
-    d_word; mask P, n) of their attention (P, m)."""
-    if reduce not in ("max", "mean"): raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+    d_word; mask P, n) of their attention (P, m); `reduce="none"`: each token's own attention (P, n, m)."""
+    if reduce not in ("max", "mean", "none"):
+        raise ValueError(f"reduce must be 'max', 'mean' or 'none', got {reduce!r}")
     was = att.training
     att.eval()
     R = regions[phrase_image]
     rm = None if region_mask is None else region_mask[phrase_image]
     _, a = att.own_image(R, token_feats, rm, token_mask)                          # (P, n, m)
     att.train(was)
+    if reduce == "none": return a
     if reduce == "mean":
         w = token_mask[..., None].to(a.dtype)
         return (a * w).sum(1) / w.sum(1).clamp_min(1)
