@@ -7,9 +7,9 @@ Docs: https://cvlc-course.github.io/cvlc/grounding.html.md"""
 # %% auto #0
 __all__ = ['LM_NEGATIVES', 'world_proposals', 'content_words', 'RegionEncoder', 'MaskedLM', 'mask_tokens', 'lm_token_states',
            'lm_word_states', 'MLP', 'WordRegionAttention', 'img_loss', 'lang_loss', 'grounding_loss',
-           'rank_substitutes', 'masked_lm_probs', 'hf_substitutes', 'phrase_region_scores', 'grounding_metrics',
-           'word_identity_share', 'split_caption', 'content_positions', 'LMGrounding', 'train_lm_grounding',
-           'entities_report']
+           'rank_substitutes', 'masked_lm_probs', 'hf_substitutes', 'phrase_region_scores', 'reduce_phrase_tokens',
+           'grounding_metrics', 'word_identity_share', 'split_caption', 'content_positions', 'LMGrounding',
+           'train_lm_grounding', 'entities_report']
 
 # %% ../nbs/13_grounding.ipynb #d1cd2219
 from .core import require_extra
@@ -309,19 +309,28 @@ def phrase_region_scores(att: WordRegionAttention, regions: Tensor, region_mask:
                          token_feats: Tensor, token_mask: Tensor, reduce: str = "max") -> Tensor:
     """Per phrase (P), per region of its image: the max (the paper's) or the mean over the phrase's tokens (P, n,
     d_word; mask P, n) of their attention (P, m); `reduce="none"`: each token's own attention (P, n, m)."""
-    if reduce not in ("max", "mean", "none"):
-        raise ValueError(f"reduce must be 'max', 'mean' or 'none', got {reduce!r}")
+    _check_reduce(reduce)
     was = att.training
     att.eval()
     R = regions[phrase_image]
     rm = None if region_mask is None else region_mask[phrase_image]
     _, a = att.own_image(R, token_feats, rm, token_mask)                          # (P, n, m)
     att.train(was)
-    if reduce == "none": return a
+    return reduce_phrase_tokens(a, token_mask, reduce)
+
+def _check_reduce(reduce: str):
+    if reduce not in ("max", "mean", "none"):
+        raise ValueError(f"reduce must be 'max', 'mean' or 'none', got {reduce!r}")
+
+def reduce_phrase_tokens(token_scores: Tensor, token_mask: Tensor, reduce: str = "max") -> Tensor:
+    """A phrase's region scores (P, m) from its tokens' attention (P, n, m, in [0, 1]; mask P, n): their max (the
+    paper's, padding left out) or their mean; `reduce="none"` returns the tokens' scores as they are."""
+    _check_reduce(reduce)
+    if reduce == "none": return token_scores
     if reduce == "mean":
-        w = token_mask[..., None].to(a.dtype)
-        return (a * w).sum(1) / w.sum(1).clamp_min(1)
-    return a.masked_fill(~token_mask[..., None], -1.0).max(1).values
+        w = token_mask[..., None].to(token_scores.dtype)
+        return (token_scores * w).sum(1) / w.sum(1).clamp_min(1)
+    return token_scores.masked_fill(~token_mask[..., None], -1.0).max(1).values
 
 def grounding_metrics(
     scores: Tensor, boxes: Tensor, gt_boxes: Sequence[Tensor], ks: Sequence[int] = (1, 5, 10)
