@@ -130,16 +130,18 @@ def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
     return out.hidden_states[-1], word
 
 def lm_word_states(model, tokenizer, sentences: Sequence[Sequence[str]], max_length: int = 64,
-                   batch_size: int = 512) -> Tensor:
+                   batch_size: int = 128) -> Tensor:
     """A Hugging Face LM's last-layer state of every word of pre-split sentences, the mean of its tokens' states:
-    (S, W, d), W the longest sentence's word count; zeros past a sentence's end and for words cut by `max_length`."""
+    (S, W, d), W the longest sentence's word count; zeros past a sentence's end and for words cut by `max_length`.
+    The sentences go through the LM in batches of similar lengths (little padding), and come back in their order."""
     if not len(sentences): raise ValueError("no sentences")
     W, out = max(map(len, sentences)), []
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     for s in range(0, len(sentences), batch_size):
-        h, word = lm_token_states(model, tokenizer, sentences[s:s + batch_size], max_length)
+        h, word = lm_token_states(model, tokenizer, [sentences[i] for i in order[s:s + batch_size]], max_length)
         one = F.one_hot(word.clamp_min(0), W).to(h.dtype) * (word >= 0)[..., None]        # (b, T, W): token -> word
         out.append(one.transpose(1, 2) @ h / one.sum(1)[..., None].clamp_min(1))
-    return torch.cat(out)
+    return torch.cat(out)[torch.tensor(order).argsort().to(out[0].device)]
 
 
 # %% ../nbs/13_grounding.ipynb #129869e8
