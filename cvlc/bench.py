@@ -1,4 +1,4 @@
-"""`python -m cvlc.bench losses|metrics`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, and of its Recall@K and grounding metrics against plain NumPy and per-phrase loops.
+"""`python -m cvlc.bench losses|metrics`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, of its Recall@K and grounding metrics against plain NumPy and per-phrase loops, and of its word features from a pretrained LM against batches in the sentences' own order.
 
 Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 
@@ -8,7 +8,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 __all__ = ['plain_supcon', 'time_ms', 'peak_mb_here', 'peak_rss_mb', 'in_fresh_process', 'peak_mb', 'bench_supcon',
            'interleaved_times', 'spread', 'interleaved_ms', 'format_table', 'plot_supcon_bench', 'plain_recall',
            'recall_peak_mb_here', 'bench_recall', 'format_recall_table', 'loop_grounding', 'cvlc_grounding',
-           'bench_grounding', 'format_grounding_row', 'bench_finite_check', 'format_finite_table', 'big_run', 'main']
+           'bench_grounding', 'format_grounding_row', 'bench_finite_check', 'format_finite_table', 'plain_word_states',
+           'padding_share', 'bench_word_states', 'format_word_states_row', 'big_run', 'main']
 
 # %% ../nbs/api/bench.ipynb #c71c61d9
 import argparse, gc, json, re, statistics, subprocess, sys, time
@@ -315,6 +316,56 @@ def format_finite_table(rows: Sequence[dict]) -> str:
         lines.append(f"{r['N']:>6} {u:>13.2f} {b:>18.2f} {a:>11.2f} {b / u:>17.3f} {a / u:>14.3f}")
     return "\n".join(lines)
 
+# %% ../nbs/api/bench.ipynb #88d315f1
+@torch.no_grad()
+def plain_word_states(model, tokenizer, sentences: Sequence[Sequence[str]], batch_size: int = 128,
+                      max_length: int = 64) -> torch.Tensor:
+    """Reference word states: the LM on batches in the sentences' own order; each word's state the mean of its tokens'
+    last-layer states, by a loop over sentences and words; (S, W, d), zeros past a sentence's end."""
+    W, rows = max(map(len, sentences)), []
+    for s in range(0, len(sentences), batch_size):
+        part = [list(x) for x in sentences[s:s + batch_size]]
+        enc = tokenizer(part, is_split_into_words=True, padding=True, truncation=True, max_length=max_length,
+                        return_tensors="pt")
+        h = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        for r in range(len(part)):
+            ids, row = enc.word_ids(r), torch.zeros(W, h.shape[-1])
+            for w in {i for i in ids if i is not None}:
+                row[w] = h[r, [t for t, i in enumerate(ids) if i == w]].mean(0)
+            rows.append(row)
+    return torch.stack(rows)
+
+def padding_share(lens: Sequence[int], batch_size: int) -> float:
+    "The share of token slots that are padding, over batches of `batch_size` sequences of these token counts, in order."
+    slots = sum(max(lens[s:s + batch_size]) * len(lens[s:s + batch_size]) for s in range(0, len(lens), batch_size))
+    return 1 - sum(lens) / slots
+
+def bench_word_states(n: int = 4096, batch_size: int = 128, repeats: int = 3) -> dict:
+    """Time (ms, median and quartiles) of the word states of `n` world captions by cvlc (batches of similar lengths)
+    and by the reference (batches in the captions' order), after checking that they agree."""
+    from cvlc.grounding import lm_word_states
+    from cvlc.models import minilm_path
+    from cvlc.world import make_world
+    import transformers
+    model = transformers.AutoModel.from_pretrained(minilm_path()).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_path())
+    caps = [c.text.split(" ") for c in make_world(max(1, n // 4), seed=0).captions]
+    sents = [caps[i] for i in np.random.default_rng(0).permutation(len(caps))[:n]]
+    fns = {"cvlc": lambda: lm_word_states(model, tok, sents, batch_size=batch_size),
+           "plain": lambda: plain_word_states(model, tok, sents, batch_size)}
+    diff = (fns["cvlc"]() - fns["plain"]()).abs().max().item()
+    if diff > 1e-4: raise AssertionError(f"cvlc and the reference disagree by {diff:.2e}")
+    lens = [len(ids) for ids in tok([list(s) for s in sents], is_split_into_words=True)["input_ids"]]
+    return {"sentences": len(sents), "batch_size": batch_size, "max_abs_diff": diff,
+            "padding_cvlc": padding_share(sorted(lens), batch_size), "padding_plain": padding_share(lens, batch_size),
+            **spread(interleaved_times(fns, repeats))}
+
+def format_word_states_row(r: dict) -> str:
+    "The word-states benchmark in one line: both times, their ratio and each one's padding."
+    return (f"{r['sentences']} captions, batches of {r['batch_size']}: cvlc {r['cvlc_ms'] / 1e3:.2f} s "
+            f"({r['padding_cvlc']:.0%} padding), in their order {r['plain_ms'] / 1e3:.2f} s ({r['padding_plain']:.0%} "
+            f"padding), x{r['plain_ms'] / r['cvlc_ms']:.2f}")
+
 # %% ../nbs/api/bench.ipynb #bcd21f3f
 def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, temperature: float = 0.1) -> dict:
     """One forward + backward of cvlc's SupCon at a size no dense implementation fits: time and peak memory (fresh
@@ -329,7 +380,7 @@ def big_run(n: int = 65536, d: int = 128, views: int = 2, classes: int = 10, tem
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cvlc.bench", description="cvlc benchmarks")
-    ap.add_argument("what", choices=["losses", "metrics", "finite", "all"], help="which benchmark")
+    ap.add_argument("what", choices=["losses", "metrics", "finite", "words", "all"], help="which benchmark")
     ap.add_argument("--sizes", type=int, nargs="+", default=[420, 1024, 4096, 8192])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-memory", action="store_true")
@@ -359,6 +410,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"torch threads={torch.get_num_threads()}")
         out["finite"] = bench_finite_check(device=args.device, repeats=max(args.repeats, 20))
         print(format_finite_table(out["finite"]))
+    if args.what in ("words", "all"):
+        print(f"Word states of the world's captions through MiniLM, torch threads={torch.get_num_threads()}, "
+              f"median of {args.repeats}")
+        out["words"] = bench_word_states(repeats=args.repeats)
+        print(format_word_states_row(out["words"]))
     if args.json:
         with open(args.json, "w") as f: json.dump(out, f, indent=1)
     return 0

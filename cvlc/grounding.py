@@ -133,10 +133,12 @@ def lm_word_states(model, tokenizer, sentences: Sequence[Sequence[str]], max_len
                    batch_size: int = 128) -> Tensor:
     """A Hugging Face LM's last-layer state of every word of pre-split sentences, the mean of its tokens' states:
     (S, W, d), W the longest sentence's word count; zeros past a sentence's end and for words cut by `max_length`.
-    The sentences go through the LM in batches of similar lengths (little padding), and come back in their order."""
+    The sentences go through the LM in batches of similar token counts (little padding), and come back in their order."""
     if not len(sentences): raise ValueError("no sentences")
     W, out = max(map(len, sentences)), []
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    lens = [len(ids) for ids in tokenizer([list(w) for w in sentences], is_split_into_words=True, truncation=True,
+                                          max_length=max_length)["input_ids"]]
+    order = sorted(range(len(sentences)), key=lens.__getitem__)
     for s in range(0, len(sentences), batch_size):
         h, word = lm_token_states(model, tokenizer, [sentences[i] for i in order[s:s + batch_size]], max_length)
         one = F.one_hot(word.clamp_min(0), W).to(h.dtype) * (word >= 0)[..., None]        # (b, T, W): token -> word
