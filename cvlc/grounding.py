@@ -133,7 +133,7 @@ def lm_word_states(model, tokenizer, sentences: Sequence[Sequence[str]], max_len
                    batch_size: int = 128) -> Tensor:
     """A Hugging Face LM's last-layer state of every word of pre-split sentences, the mean of its tokens' states:
     (S, W, d), W the longest sentence's word count; zeros past a sentence's end and for words cut by `max_length`.
-    The sentences go through the LM in batches of similar token counts (little padding), and come back in their order."""
+    The sentences go through the LM in batches of similar token counts (little padding) and come back in order."""
     if not len(sentences): raise ValueError("no sentences")
     W, out = max(map(len, sentences)), []
     lens = [len(ids) for ids in tokenizer([list(w) for w in sentences], is_split_into_words=True, truncation=True,
