@@ -344,11 +344,11 @@ def bench_word_states(n: int = 4096, batch_size: int = 128, repeats: int = 3) ->
     """Time (ms, median and quartiles) of the word states of `n` world captions by cvlc (batches of similar lengths)
     and by the reference (batches in the captions' order), after checking that they agree."""
     from cvlc.grounding import lm_word_states
-    from cvlc.models import minilm_path
+    from cvlc.models import minilm_path, quiet_hf
     from cvlc.world import make_world
-    import transformers
-    model = transformers.AutoModel.from_pretrained(minilm_path()).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(minilm_path())
+    with quiet_hf() as tr:                                  # a clear error without the course extra; no load bars
+        model = tr.AutoModel.from_pretrained(minilm_path()).eval()
+        tok = tr.AutoTokenizer.from_pretrained(minilm_path())
     caps = [c.text.split(" ") for c in make_world(max(1, n // 4), seed=0).captions]
     sents = [caps[i] for i in np.random.default_rng(0).permutation(len(caps))[:n]]
     fns = {"cvlc": lambda: lm_word_states(model, tok, sents, batch_size=batch_size),
