@@ -1,4 +1,4 @@
-"""`python -m cvlc.bench losses|metrics`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, of its Recall@K and grounding metrics against plain NumPy and per-phrase loops, and of its word features from a pretrained LM against batches in the sentences' own order.
+"""`python -m cvlc.bench losses|metrics|finite|words|all`: time and peak memory of cvlc's losses against pytorch-metric-learning and a plain vectorised implementation, of its Recall@K and grounding metrics against plain NumPy and per-phrase loops, and of its word features from a pretrained LM against batches in the sentences' own order.
 
 Docs: https://cvlc-course.github.io/cvlc/api/bench.html.md"""
 
