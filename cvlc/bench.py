@@ -343,7 +343,7 @@ def padding_share(lens: Sequence[int], batch_size: int) -> float:
 def bench_word_states(n: int = 4096, batch_size: int = 128, repeats: int = 3) -> dict:
     """Time (ms, median and quartiles) of the word states of `n` world captions by cvlc (batches of similar lengths)
     and by the reference (batches in the captions' order), after checking that they agree."""
-    from cvlc.grounding import lm_word_states
+    from cvlc.grounding import length_order, lm_tokens, lm_word_states
     from cvlc.models import minilm_path, quiet_hf
     from cvlc.world import make_world
     with quiet_hf() as tr:                                  # a clear error without the course extra; no load bars
@@ -355,9 +355,10 @@ def bench_word_states(n: int = 4096, batch_size: int = 128, repeats: int = 3) ->
            "plain": lambda: plain_word_states(model, tok, sents, batch_size)}
     diff = (fns["cvlc"]() - fns["plain"]()).abs().max().item()
     if diff > 1e-4: raise AssertionError(f"cvlc and the reference disagree by {diff:.2e}")
-    lens = [len(ids) for ids in tok([list(s) for s in sents], is_split_into_words=True)["input_ids"]]
+    lens = [len(ids) for ids in lm_tokens(tok, sents)[0]]                  # the token counts cvlc's batches see
     return {"sentences": len(sents), "batch_size": batch_size, "max_abs_diff": diff,
-            "padding_cvlc": padding_share(sorted(lens), batch_size), "padding_plain": padding_share(lens, batch_size),
+            "padding_cvlc": padding_share([lens[i] for i in length_order(lens)], batch_size),
+            "padding_plain": padding_share(lens, batch_size),
             **spread(interleaved_times(fns, repeats))}
 
 def format_word_states_row(r: dict) -> str:
