@@ -185,7 +185,7 @@ def maybe_progress(items, show: bool | None = None, n: int | None = None, thresh
         if show: raise ImportError("progress bars need fastprogress: pip install fastprogress (or 'cvlc[course]')")
         return items
     from fastprogress.fastprogress import progress_bar
-    return progress_bar(items)
+    return progress_bar(items, total=n)
 
 # %% ../nbs/00_core.ipynb #u0n1t5c1
 def _sha(data: bytes) -> str: return hashlib.sha256(data).hexdigest()
@@ -223,6 +223,30 @@ def git_commit(where: str | os.PathLike = ".", *paths: str | os.PathLike) -> tup
     if head.returncode != 0: return None, False
     status = git("status", "--porcelain", "--untracked-files=no", "--", *map(str, paths))
     return head.stdout.strip(), bool(status.stdout.strip())
+
+# %% ../nbs/00_core.ipynb #u0n1tf0rk
+def _can_fork() -> bool:
+    "Whether units can run in forked processes: fork exists here and no CUDA context would be inherited."
+    import multiprocessing as mp
+    return "fork" in mp.get_all_start_methods() and not (torch.cuda.is_available() and torch.cuda.is_initialized())
+
+_FORK_STATE: tuple | None = None    # (store, jobs, threads), read by the forked workers
+
+def _forked_unit(i: int) -> tuple[int, Any]:
+    store, jobs, threads = _FORK_STATE
+    torch.set_num_threads(threads)
+    row, seed, fn, cfg = jobs[i]
+    return i, store._compute(row, seed, fn, cfg)
+
+def _forked(store, jobs: list, todo: list[int], workers: int, bar: bool):
+    "Compute the units `todo` (indices into `jobs`) in `workers` forked processes, one fresh process per unit."
+    import multiprocessing as mp
+    global _FORK_STATE
+    _FORK_STATE = (store, jobs, max(1, (os.cpu_count() or 1) // workers))
+    try:
+        with mp.get_context("fork").Pool(min(workers, max(1, len(todo))), maxtasksperchild=1) as pool:
+            yield from maybe_progress(pool.imap_unordered(_forked_unit, todo), show=bar, n=len(todo))
+    finally: _FORK_STATE = None
 
 # %% ../nbs/00_core.ipynb #u0n1t5c2
 def _slug(text: str) -> str:
@@ -282,12 +306,17 @@ class UnitStore:
         rec = self.load(row, seed, config)
         if rec is not None:
             self.reused.append((row, seed)); return rec["result"]
+        result = self._compute(row, seed, fn, config)
+        self.computed.append((row, seed))
+        return result
+
+    def _compute(self, row: str, seed: int, fn, config: Any) -> Any:
+        "Compute unit (row, seed), store its record atomically, and return the result after one JSON round trip."
         t0 = time.perf_counter()
         result = _jsonable(fn(), f"unit {row!r} seed {seed}")
         rec = {**self._identity(row, seed, config), "commit": self.commit, "seconds": time.perf_counter() - t0,
                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
         atomic_write_bytes(self.path(row, seed), (json.dumps(rec, indent=1) + "\n").encode())
-        self.computed.append((row, seed))
         return json.loads(json.dumps(result))
 
     def run_model(self, row: str, seed: int, train, build, config: Any = None, keep: bool = True):
@@ -307,13 +336,29 @@ class UnitStore:
             made["model"] = build(); made["model"].load_state_dict(load_checkpoint(path)); made["model"].eval()
         return result, made.get("model")
 
-    def run_all(self, jobs, bar: bool = True) -> dict[str, list]:
+    def run_all(self, jobs, bar: bool = True, workers: int = 1) -> dict[str, list]:
         """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar; results by row, in
-        the order of the jobs' seeds."""
+        the order of the jobs. `workers` > 1 computes the missing units that many at a time, each in a forked process
+        with `cpu_count // workers` torch threads (small CPU models train faster side by side than on shared threads);
+        where fork is missing or CUDA is already initialised here, the units run one by one."""
+        jobs = [(row, seed, fn, cfg[0] if cfg else None) for row, seed, fn, *cfg in jobs]
+        if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
+        if workers > 1 and not _can_fork():
+            if self.verbose: print("units: fork is unavailable or CUDA is initialised here; running units one by one")
+            workers = 1
+        if workers == 1:
+            results = [self.run(*job) for job in maybe_progress(jobs, show=bar)]
+        else:
+            results = [None] * len(jobs)
+            todo = []
+            for i, (row, seed, _, cfg) in enumerate(jobs):
+                rec = self.load(row, seed, cfg)
+                if rec is None: todo.append(i)
+                else: self.reused.append((row, seed)); results[i] = rec["result"]
+            for i, result in _forked(self, jobs, todo, workers, bar):
+                results[i] = result; self.computed.append(jobs[i][:2])
         out: dict[str, list] = {}
-        for job in maybe_progress(list(jobs), show=bar):
-            row, seed, fn, *cfg = job
-            out.setdefault(row, []).append(self.run(row, seed, fn, cfg[0] if cfg else None))
+        for (row, *_), result in zip(jobs, results): out.setdefault(row, []).append(result)
         return out
 
     def summary(self) -> str:
