@@ -303,12 +303,17 @@ class UnitStore:
 
     def run(self, row: str, seed: int, fn, config: Any = None) -> Any:
         "The result of unit (row, seed): loaded when a valid file exists, else `fn()` computed and stored atomically."
-        rec = self.load(row, seed, config)
-        if rec is not None:
-            self.reused.append((row, seed)); return rec["result"]
+        rec = self._stored(row, seed, config)
+        if rec is not None: return rec["result"]
         result = self._compute(row, seed, fn, config)
         self.computed.append((row, seed))
         return result
+
+    def _stored(self, row: str, seed: int, config: Any) -> dict | None:
+        "The valid stored record of unit (row, seed), its reuse counted; else None."
+        rec = self.load(row, seed, config)
+        if rec is not None: self.reused.append((row, seed))
+        return rec
 
     def _compute(self, row: str, seed: int, fn, config: Any) -> Any:
         "Compute unit (row, seed), store its record atomically, and return the result after one JSON round trip."
@@ -349,12 +354,9 @@ class UnitStore:
         if workers == 1:
             results = [self.run(*job) for job in maybe_progress(jobs, show=bar)]
         else:
-            results = [None] * len(jobs)
-            todo = []
-            for i, (row, seed, _, cfg) in enumerate(jobs):
-                rec = self.load(row, seed, cfg)
-                if rec is None: todo.append(i)
-                else: self.reused.append((row, seed)); results[i] = rec["result"]
+            stored = [self._stored(row, seed, cfg) for row, seed, _, cfg in jobs]
+            results = [rec and rec["result"] for rec in stored]
+            todo = [i for i, rec in enumerate(stored) if rec is None]
             for i, result in _forked(self, jobs, todo, workers, bar):
                 results[i] = result; self.computed.append(jobs[i][:2])
         out: dict[str, list] = {}
