@@ -47,11 +47,16 @@ def presence_targets(scenes: Sequence) -> Tensor:
     return y
 
 class PresenceClassifier(nn.Module):
-    "Stage 1: a visual stream (with or without its self-attention layer) pretrained to name what an image contains."
-    def __init__(self, visual: VisualStream, n_out: int = len(SHAPES) + len(COLORS)):
+    """Stage 1: a visual stream (with or without its self-attention layer) pretrained to name what an image contains,
+    from its grid pooled by `pool`: "max" (a label is present if some location shows it) or "mean"."""
+    def __init__(self, visual: VisualStream, n_out: int = len(SHAPES) + len(COLORS), pool: str = "max"):
         super().__init__()
-        self.visual, self.head = visual, nn.Linear(visual.dim, n_out)
-    def forward(self, batch: dict) -> Tensor: return self.head(self.visual(batch["images"]))
+        if pool not in ("max", "mean"): raise ValueError(f"pool must be 'max' or 'mean', got {pool!r}")
+        self.visual, self.head, self.pool = visual, nn.Linear(visual.dim, n_out), pool
+
+    def forward(self, batch: dict) -> Tensor:
+        g = self.visual(batch["images"], return_grid=True)
+        return self.head(g.amax((2, 3)) if self.pool == "max" else g.mean((2, 3)))
 
 def presence_loss(logits: Tensor, batch: dict) -> Tensor:
     return F.binary_cross_entropy_with_logits(logits, batch["labels"])
@@ -84,11 +89,11 @@ def _fit(model: nn.Module, dl, loss_func: Callable, config: StageConfig, cbs: Se
     return learn.history.series("loss")[1].tolist()
 
 def train_presence(images: Tensor, labels: Tensor, config: StageConfig, attention: bool = True, seed: int = 0,
-                   dim: int = 128) -> PresenceClassifier:
+                   dim: int = 128, pool: str = "max") -> PresenceClassifier:
     """Stage 1: pretrain a VisualStream (with or without its self-attention layer) to name what images contain (the
-    world: shapes and colours; `labels` (N, classes) multi-hot)."""
+    world: shapes and colours; `labels` (N, classes) multi-hot), its grid pooled by `pool` ("max" or "mean")."""
     seed_everything(seed)
-    model = PresenceClassifier(VisualStream(dim, attention=attention), labels.shape[1])
+    model = PresenceClassifier(VisualStream(dim, attention=attention), labels.shape[1], pool)
     batches = IndexedBatches(
         len(images), config.batch_size, lambda idx: {"images": images[idx], "labels": labels[idx]}, seed
     )
