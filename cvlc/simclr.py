@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m cvlc.simclr` (and of `torchrun ... -m cvlc.simclr`): train on the world, save the
     encoder."""
     import torch.distributed as dist
-    from cvlc.world import make_world
+    from cvlc.world import image_tensor, make_world
 
     ap = argparse.ArgumentParser(
         prog="python -m cvlc.simclr", description="SimCLR on the shapes world (one or several processes)."
@@ -412,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.batch % world_size:
             raise SystemExit(f"--batch {args.batch} must be divisible by the {world_size} processes")
-        images = torch.from_numpy(make_world(args.images, seed=args.seed).images).permute(0, 3, 1, 2).float() / 255
+        images = image_tensor(make_world(args.images, seed=args.seed).images)
         cfg = SimCLRConfig(batch_size=args.batch, temperature=args.temperature, epochs=args.epochs, dim=args.dim,
                            optimizer=args.optimizer, lr=args.lr)
         model, hist = train_simclr(images, cfg, args.seed, distributed=world_size > 1)

@@ -14,8 +14,8 @@ __all__ = ['SHAPES', 'COLORS', 'RGB', 'SIZES', 'RADIUS', 'OUTLINE', 'FILLS', 'BA
            'entails', 'truth_matrix', 'SceneTruth', 'desc_words', 'Text', 'render_text', 'caption_text', 'random_desc',
            'unique_desc', 'true_captions', 'hard_negatives', 'Question', 'Program', 'execute', 'question_text',
            'sample_program', 'annotator_answers', 'Caption', 'World', 'balance_keys', 'names_held_out',
-           'annotate_image', 'relation_triplets', 'make_world', 'split_images', 'sample_relations', 'word_meanings',
-           'word_relation', 'substitute']
+           'annotate_image', 'relation_triplets', 'make_world', 'image_tensor', 'split_images', 'sample_relations',
+           'word_meanings', 'word_relation', 'substitute']
 
 # %% ../nbs/02_world.ipynb #ccabf62b
 import bisect, collections, contextlib, functools, gc, itertools, json, math, os, hashlib, random, time
@@ -1429,6 +1429,14 @@ def make_world(n_images: int, seed: int = 0, config: WorldConfig | None = None, 
                 c, q = annotate_image(t, cfg, _annotation_rng(seed, i), ids, bal)
                 scenes.append(t.scene); caps += c; qs += q
     return World(images, scenes, caps, qs, rels, cfg, seed)
+
+# %% ../nbs/02_world.ipynb #wimgtensor1
+def image_tensor(images: np.ndarray) -> torch.Tensor:
+    "World images (N, H, W, 3) uint8 (`World.images` or a slice of it) -> a float tensor (N, 3, H, W) in [0, 1]."
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+        got = f"{images.dtype} array {images.shape}" if isinstance(images, np.ndarray) else type(images).__name__
+        raise ValueError(f"images must be a uint8 array (N, H, W, 3), got {got}")
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255
 
 # %% ../nbs/02_world.ipynb #w2sp0002
 def split_images(world: World, test_fraction: float = 0.2, seed: int = 0) -> tuple[World, World]:
