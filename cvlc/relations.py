@@ -603,17 +603,20 @@ def search_query(q_image: Tensor, q_text: Tensor, alpha: float) -> Tensor:
     return (1 - alpha) * q_image + alpha * q_text
 
 def occlusion_map(prob: Callable[[Tensor], Tensor], image: Tensor, target: int, window: int = 12, stride: int = 4,
-                  fill: float = 0.5) -> Tensor:
-    """App. A.1.2: the probability of `target` with a grey `window` x `window` square centred at every `stride`-th pixel
-    (Zeiler & Fergus). `prob(images) -> (B, classes)`; image (3, H, W) -> map (ceil(H / stride), ceil(W / stride))."""
+                  fill: float | Sequence[float] = 0.5) -> Tensor:
+    """App. A.1.2: the probability of `target` with a `window` x `window` square of `fill` (a grey level, or one value
+    per channel) centred at every `stride`-th pixel (Zeiler & Fergus). `prob(images) -> (B, classes)`; image (3, H, W)
+    -> map (ceil(H / stride), ceil(W / stride))."""
     if image.ndim != 3: raise ValueError(f"image must be (3, H, W), got {tuple(image.shape)}")
+    fill = torch.as_tensor(fill, dtype=image.dtype).reshape(-1, 1, 1)
+    if len(fill) not in (1, len(image)): raise ValueError(f"fill must be one value or {len(image)}, got {len(fill)}")
     H, W = image.shape[1:]
     ys, xs = torch.arange(0, H, stride), torch.arange(0, W, stride)
     yy, xx = torch.arange(H)[None, :, None], torch.arange(W)[None, None, :]
     cy, cx = torch.meshgrid(ys, xs, indexing="ij")
     y0, x0 = cy.reshape(-1, 1, 1) - window // 2, cx.reshape(-1, 1, 1) - window // 2
     inside = (yy >= y0) & (yy < y0 + window) & (xx >= x0) & (xx < x0 + window)
-    batch = torch.where(inside[:, None], torch.full_like(image, fill), image[None])
+    batch = torch.where(inside[:, None], fill.expand_as(image), image[None])
     with torch.no_grad(): p = prob(batch)[:, target]
     return p.reshape(len(ys), len(xs))
 
