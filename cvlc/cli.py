@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/cli.html.md"""
 # %% auto #0
 __all__ = ['INLINE_BACKEND', 'RESULTS_HEADING', 'CliError', 'Chapter', 'find_nbs', 'list_chapters', 'find_chapter',
            'parse_params', 'declared_params', 'ChapterFailed', 'run_chapter', 'default_out', 'summary_table',
-           'collect_claims', 'ledger_text', 'check_publishable', 'publish', 'results_markdown', 'refresh_home_results',
-           'main']
+           'collect_claims', 'ledger_text', 'check_publishable', 'variant_name', 'changed_params', 'publish',
+           'results_markdown', 'refresh_home_results', 'main']
 
 # %% ../nbs/api/cli.ipynb #11857d77
 import argparse, ast, contextlib, json, os, re, signal, sys, threading, time
@@ -275,13 +275,29 @@ def check_publishable(chapter: Chapter) -> str | None:
                        "(a published record names the commit that made it)")
     return commit
 
+def variant_name(params: dict[str, Any]) -> str:
+    "The folder name of a variant: its `NAME=value` pairs, sorted by name, joined by commas, in safe characters."
+    safe = lambda v: re.sub(r"[^A-Za-z0-9.+-]+", "_", str(v)).strip("_") or "_"
+    return ",".join(f"{k}={safe(params[k])}" for k in sorted(params))
+
+def changed_params(chapter: Chapter, params: dict[str, Any]) -> dict[str, Any]:
+    "The parameters of `params` whose value differs from the default the chapter declares: they make a run a variant."
+    declared = declared_params(chapter)
+    def default(name):
+        try: return ast.literal_eval(declared[name]["default"])
+        except (KeyError, ValueError, SyntaxError): return object()      # an expression: never equal to a value
+    return {k: v for k, v in params.items() if default(k) != v}
+
 def publish(chapter: Chapter, run_folder: str | os.PathLike, prov: dict) -> Path:
     """Copy a finished run's `metrics.json` and figures into `nbs/results/<chapter>/<profile>/` with `prov` as
-    `provenance.json`; the previous record of that profile is replaced whole."""
+    `provenance.json`; the previous record of that profile is replaced whole. A run with parameters changed
+    (`prov["params"]`, see `changed_params`) is a variant: it goes to
+    `nbs/results/<chapter>/variants/<profile>/<variant_name>/` and leaves the chapter's own record alone."""
     import shutil, tempfile
     src = Path(run_folder)
     metrics = json.loads((src / "metrics.json").read_text())
     dest = _results_dir(chapter) / prov["profile"]
+    if prov.get("params"): dest = _results_dir(chapter) / "variants" / prov["profile"] / variant_name(prov["params"])
     if metrics.get("profile") != prov["profile"]:
         raise CliError(f"{src} holds a {metrics.get('profile')!r} run, not {prov['profile']!r}: nothing published")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -352,7 +368,8 @@ def _parser() -> argparse.ArgumentParser:
                    "--out again resumes an interrupted run")
     r.add_argument("--publish", action="store_true",
                    help="copy each finished chapter's metrics, figures and provenance into "
-                   "nbs/results/<chapter>/<profile>/")
+                   "nbs/results/<chapter>/<profile>/ (with -p values other than the defaults: into "
+                   "nbs/results/<chapter>/variants/<profile>/<NAME=value>/)")
     r.add_argument(
         "--dry-run",
         action="store_true",
@@ -400,7 +417,7 @@ def _run(args) -> int:
             print(f"{status} in {secs:.1f}s", flush=True)
             if args.publish and status == "ok":
                 dest = publish(ch, folder, {**prov, "wall_seconds": round(secs, 1),
-                                            "params": params if len(picked) == 1 else {}})
+                                            "params": changed_params(ch, params) if len(picked) == 1 else {}})
                 print(f"  published to {dest}", flush=True)
             results.append((ch.name, status, secs, m))
     except KeyboardInterrupt:

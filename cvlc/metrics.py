@@ -9,7 +9,7 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'spread_verdict', 'seed_verdict', 'ClaimRow',
            'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
-           'load_published', 'published_claims']
+           'load_published', 'load_variants', 'published_claims', 'variants_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -517,14 +517,25 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
     if root is not None: return Path(root)
     return Path(os.environ["CVLC_NBS"]) / "results" if os.environ.get("CVLC_NBS") else Path("results")
 
-def load_published(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> dict | None:
-    "The published run of `chapter` at `profile` ({'metrics', 'provenance', 'claims', 'folder'}), or None."
-    folder = results_root(root) / chapter / profile
+def _load_record(folder: Path) -> dict | None:
+    "A published record's {'metrics', 'provenance', 'claims', 'folder'}, or None where `folder` holds none."
     if not (folder / "metrics.json").is_file(): return None
     metrics = json.loads((folder / "metrics.json").read_text())
     prov_file = folder / "provenance.json"
     prov = json.loads(prov_file.read_text()) if prov_file.is_file() else {}
     return {"metrics": metrics, "provenance": prov, "claims": check_claims(metrics.get("claims", [])), "folder": folder}
+
+def load_published(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> dict | None:
+    "The published run of `chapter` at `profile` ({'metrics', 'provenance', 'claims', 'folder'}), or None."
+    return _load_record(results_root(root) / chapter / profile)
+
+def load_variants(chapter: str, root: str | os.PathLike | None = None) -> list[dict]:
+    """The published variants of `chapter` (runs with chapter parameters changed, `cvlc run ... -p NAME VALUE
+    --publish`), as `load_published`'s records, by profile and then by folder name."""
+    from cvlc.core import PROFILES
+    base = results_root(root) / chapter / "variants"
+    folders = [f for p in PROFILES for f in sorted((base / p).glob("*/")) if f.is_dir()]
+    return [r for r in map(_load_record, folders) if r is not None]
 
 def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> str:
     "Markdown: the claims table of the published run of `chapter` at `profile`, labelled with where and when it ran."
@@ -539,3 +550,41 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
              f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "
              f"torch {p.get('torch', '?')}")
     return f"**Published `{profile}` run** ({where}):\n\n" + claims_table(rec["claims"], markdown=True)
+
+# %% ../nbs/05_metrics.ipynb #variant02
+_MARK = {"holds": "yes", "does not hold": "no", "within the seeds' spread": "spread",
+         "direction only, one seed": "1 seed"}                                     # a verdict in a table cell
+
+def _variant_label(rec: dict) -> str:
+    params = rec["provenance"].get("params") or {}
+    return ", ".join(f"{k} = {v}" for k, v in sorted(params.items())) or rec["folder"].name
+
+def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
+    """Markdown: what else was tried. Per profile with published variants, one column for the chapter's own published
+    run and one per variant; a row per claim (margin and verdict), then the claims that hold, the wall time and the
+    commit of each run."""
+    variants = load_variants(chapter, root)
+    if not variants:
+        return (f"*No published variant of this chapter yet: `cvlc run {chapter} --profile demo -p NAME VALUE "
+                "--publish` makes one.*")
+    out = []
+    for profile in dict.fromkeys(v["folder"].parent.name for v in variants):      # variants/<profile>/<name>
+        own = load_published(chapter, profile, root)
+        runs = ([("as published", own)] if own else []) + [
+            (_variant_label(v), v) for v in variants if v["folder"].parent.name == profile]
+        ids = list(dict.fromkeys(c.id for _, r in runs for c in r["claims"]))
+        def cell(rec, cid):
+            c = next((c for c in rec["claims"] if c.id == cid), None)
+            return "-" if c is None else f"{c.margin:+.3f} {_MARK[c.verdict]}"
+        wall = lambda r: r["provenance"].get("wall_seconds")
+        rows = [[cid] + [cell(r, cid) for _, r in runs] for cid in ids]
+        rows.append(["claims that hold"] + [f"{sum(c.holds for c in r['claims'])}/{len(r['claims'])}" for _, r in runs])
+        rows.append(["wall time"] + [f"{wall(r):.0f} s" if isinstance(wall(r), (int, float)) else "-" for _, r in runs])
+        rows.append(["commit"] + [f"`{str(r['provenance'].get('commit') or '?')[:10]}`" for _, r in runs])
+        head = [f"`{profile}`: claim"] + [name for name, _ in runs]
+        esc = lambda s: str(s).replace("|", "\\|")
+        out.append("\n".join(["| " + " | ".join(map(esc, head)) + " |", "|" + "---|" * len(head)]
+                             + ["| " + " | ".join(map(esc, r)) + " |" for r in rows]))
+    legend = ("Each cell: the claim's margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
+              "spread; 1 seed: direction only).")
+    return "\n\n".join(out + [legend])

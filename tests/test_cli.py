@@ -116,6 +116,19 @@ def _course_repo(tmp_path):
     return repo, git
 
 
+def _toy_chapter(repo):
+    "A chapter with one parameter, WIDTH, that it records in its metrics."
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Toy\n\n> a chapter with one parameter"),
+                nbformat.v4.new_code_cell('PROFILE = "auto"\nWIDTH = 1', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("from cvlc.core import resolve_profile, save_metrics\n"
+                                          'save_metrics({"profile": resolve_profile(PROFILE), "width": WIDTH}, '
+                                          'chapter="01_toy")')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, repo / "nbs" / "01_toy.ipynb")
+
+
 def test_publish_refuses_uncommitted_changes(tmp_path):
     repo, _ = _course_repo(tmp_path)
     with (repo / "nbs" / "00_core.ipynb").open("a") as f: f.write("\n")
@@ -134,3 +147,22 @@ def test_publish_writes_the_run_and_its_provenance(tmp_path):
     prov = json.loads((rec / "provenance.json").read_text())
     assert (prov["commit"], prov["profile"], prov["chapter"]) == (head, "smoke", "00_core")
     assert prov["wall_seconds"] > 0 and prov["device"] and prov["command"].startswith("cvlc ")
+
+
+def test_a_run_with_a_parameter_changed_is_published_as_a_variant(tmp_path):
+    repo, git = _course_repo(tmp_path)
+    _toy_chapter(repo); git("add", "-A"); git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "toy")
+    run = lambda out, *p: cvlc("--nbs", repo / "nbs", "run", "toy", "--profile", "smoke", *p, "--publish", "--out", out)
+    res = repo / "nbs" / "results" / "01_toy"
+    r = run(tmp_path / "a", "-p", "WIDTH", "1")            # the declared default: the chapter's own record
+    assert r.returncode == 0, r.stderr
+    assert json.loads((res / "smoke" / "metrics.json").read_text())["width"] == 1
+    assert json.loads((res / "smoke" / "provenance.json").read_text())["params"] == {}
+    assert not (res / "variants").exists()
+    r = run(tmp_path / "b", "-p", "WIDTH", "3")
+    assert r.returncode == 0, r.stderr
+    variant = res / "variants" / "smoke" / "WIDTH=3"
+    assert "published to " + str(variant) in r.stdout
+    assert json.loads((variant / "metrics.json").read_text())["width"] == 3
+    assert json.loads((variant / "provenance.json").read_text())["params"] == {"WIDTH": 3}
+    assert json.loads((res / "smoke" / "metrics.json").read_text())["width"] == 1     # the chapter's record untouched

@@ -9,6 +9,7 @@ from conftest import NBS, ROOT, chapters
 
 RESULTS = NBS / "results"
 RECORDS = sorted(p.parent for p in RESULTS.glob("*/*/metrics.json"))
+VARIANTS = sorted(p.parent for p in RESULTS.glob("*/variants/*/*/metrics.json"))   # <chapter>/variants/<profile>/<name>
 PROVENANCE = ("chapter", "profile", "commit", "uncommitted_changes", "device", "torch", "python", "date", "command",
               "wall_seconds")
 
@@ -17,28 +18,42 @@ def test_a_paper_run_is_published():
     assert any(r.name == "paper" for r in RECORDS), "no chapter has a published paper-profile run"
 
 
-@pytest.mark.parametrize("record", RECORDS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_published_record_is_complete(record):
+def _check_record(record, chapter, profile) -> dict:
+    "The checks every published run passes; its provenance."
     from cvlc.core import PROFILES
     from cvlc.metrics import check_claims
-    chapter, profile = record.parent.name, record.name
     assert chapter in {c.name for c in chapters()}, f"{chapter} is not a chapter of the course"
     assert profile in PROFILES
     metrics = json.loads((record / "metrics.json").read_text())
     assert metrics["profile"] == profile
     claims = check_claims(metrics["claims"])               # each verdict re-derived from its scores
-    assert claims, f"{chapter}/{profile}: a published run without claims"
+    assert claims, f"{record}: a published run without claims"
     prov = json.loads((record / "provenance.json").read_text())
     missing = [k for k in PROVENANCE if k not in prov or prov[k] in (None, "")]
-    assert not missing, f"{chapter}/{profile}: provenance lacks {missing}"
+    assert not missing, f"{record}: provenance lacks {missing}"
     assert (prov["chapter"], prov["profile"]) == (chapter, profile)
     assert prov["uncommitted_changes"] is False
     assert re.fullmatch(r"[0-9a-f]{40}", prov["commit"])
     known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", prov["commit"] + "^{commit}"], capture_output=True)
-    assert known.returncode == 0, f"{chapter}/{profile}: commit {prov['commit']} is not in this repository's history"
+    assert known.returncode == 0, f"{record}: commit {prov['commit']} is not in this repository's history"
     assert prov["wall_seconds"] > 0
     for fig in (record / "figures").glob("*"):
         assert fig.suffix == ".png" and fig.stat().st_size > 1000, fig
+    return prov
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_published_record_is_complete(record):
+    prov = _check_record(record, record.parent.name, record.name)
+    assert not prov.get("params"), f"{record}: a run with parameters changed is a variant, published under variants/"
+
+
+@pytest.mark.parametrize("record", VARIANTS, ids=lambda p: f"{p.parents[2].name}/{p.parent.name}/{p.name}")
+def test_published_variant_is_complete(record):
+    from cvlc.cli import variant_name
+    prov = _check_record(record, record.parents[2].name, record.parent.name)
+    assert prov.get("params") and variant_name(prov["params"]) == record.name, \
+        f"{record}: a variant's folder is named after the parameters it changed, got {prov.get('params')}"
 
 
 def test_home_page_shows_what_the_records_say():
