@@ -326,9 +326,9 @@ def results_markdown(nbs: str | os.PathLike | None = None) -> str:
     lines = [RESULTS_HEADING, "",
              "Each paper chapter checks its paper's claims with one rule (a margin larger than the seeds' spread). The "
              "counts below come from runs published into `nbs/results/` by `cvlc run CHAPTER --profile P --publish`; "
-             "`cvlc claims nbs/results/*/paper` prints every claim. Runs with a chapter parameter changed are published "
-             "as variants (`nbs/results/<chapter>/variants/`); each chapter's section on what else was tried shows "
-             "them.", "",
+             "`cvlc claims nbs/results/*/paper` prints every claim. Runs with a chapter parameter changed are "
+             "published as variants (`nbs/results/<chapter>/variants/`); each chapter's section on what else was "
+             "tried shows them.", "",
              "| chapter | claims holding at `demo` | at `paper` | `paper` run measured on |", "|---|---|---|---|"]
     for ch in list_chapters(nbs):
         recs = {p: load_published(ch.name, p, root) for p in ("demo", "paper")}
