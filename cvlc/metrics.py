@@ -461,6 +461,11 @@ def _ours(c: Claim) -> str:
     return rel.join(f"{r.mean:.3f} ± {r.sd:.3f}" if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
         f" (seeds {'/'.join(str(r.n) for r in c.rows)})"
 
+def _markdown_table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
+    "A Markdown table; a `|` inside a cell is escaped."
+    line = lambda cells: "| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |"
+    return "\n".join([line(head), "|" + "---|" * len(head)] + [line(r) for r in rows])
+
 def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool = False) -> str:
     """A table of claims: (chapter), id, source, the paper's figures, ours (row means ± sd in the claimed order), the
     margin and the verdict, then how many hold per chapter and overall."""
@@ -477,11 +482,7 @@ def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool =
               for g in groups]
     total = "overall" if chapters is not None else "claims"
     counts.append(f"{total}: {sum(c.holds for c in claims)}/{len(claims)} hold")
-    if markdown:
-        esc = lambda s: s.replace("|", "\\|")
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(esc(x) for x in row) + " |" for row in body]
-        return "\n".join(lines) + "\n\n" + "; ".join(counts) + "."
+    if markdown: return _markdown_table(head, body) + "\n\n" + "; ".join(counts) + "."
     w = [max(len(r[k]) for r in [head] + body) for k in range(len(head))]
     fmt = lambda row: "  ".join(x.ljust(w[k]) for k, x in enumerate(row)).rstrip()
     return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body] + [""] + counts)
@@ -581,10 +582,7 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
         rows.append(["claims that hold"] + [f"{sum(c.holds for c in r['claims'])}/{len(r['claims'])}" for _, r in runs])
         rows.append(["wall time"] + [f"{wall(r):.0f} s" if isinstance(wall(r), (int, float)) else "-" for _, r in runs])
         rows.append(["commit"] + [f"`{str(r['provenance'].get('commit') or '?')[:10]}`" for _, r in runs])
-        head = [f"`{profile}`: claim"] + [name for name, _ in runs]
-        esc = lambda s: str(s).replace("|", "\\|")
-        out.append("\n".join(["| " + " | ".join(map(esc, head)) + " |", "|" + "---|" * len(head)]
-                             + ["| " + " | ".join(map(esc, r)) + " |" for r in rows]))
+        out.append(_markdown_table([f"`{profile}`: claim"] + [name for name, _ in runs], rows))
     legend = ("Each cell: the claim's margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
               "spread; 1 seed: direction only).")
     return "\n\n".join(out + [legend])
