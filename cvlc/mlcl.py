@@ -27,7 +27,7 @@ from .core import seed_everything
 from .losses import multilabel_supcon
 from .models import ProjectionHead
 from .data import RavenSet, load_raven
-from .rpm import Puzzle, augment
+from .rpm import Puzzle, augment, shuffle_answers as shuffle_answers_
 from .training import Checkpoint, make_learner
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e012
@@ -116,22 +116,25 @@ class WReNReasoner(nn.Module):
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e024
 class AuxHead(nn.Module):
-    "rho: rule logits from the 8 answer embeddings: a per-candidate MLP, the outputs concatenated, a linear layer."
-    def __init__(self, dim: int, n_bits: int, hidden: int = 64):
+    """rho: rule logits from the 8 answer embeddings: a per-candidate MLP (with `dropout` after its hidden layer, 0.5
+    in the authors' code), the outputs concatenated, a linear layer."""
+    def __init__(self, dim: int, n_bits: int, hidden: int = 64, dropout: float = 0.0):
         super().__init__()
-        self.each, self.out = _mlp(dim, hidden, hidden), nn.Linear(8 * hidden, n_bits)
+        self.each = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout),
+                                  nn.Linear(hidden, hidden))
+        self.out = nn.Linear(8 * hidden, n_bits)
     def forward(self, h: Tensor) -> Tensor: return self.out(self.each(h).flatten(1))
 
 class RPMSolver(nn.Module):
     "N_v + N_r + psi, with the auxiliary rule head rho (`aux_bits` > 0) and the contrastive projection g."
     def __init__(self, size: int = 32, dim: int = 64, hidden: int = 64, reasoner: str = "scl", aux_bits: int = 0,
-                 proj_dim: int = 128, widths: Sequence[int] = (16, 16), patch: int = 4):
+                 proj_dim: int = 128, widths: Sequence[int] = (16, 16), patch: int = 4, aux_dropout: float = 0.0):
         super().__init__()
         if reasoner not in ("scl", "wren"): raise ValueError(f"reasoner must be 'scl' or 'wren', got {reasoner!r}")
         self.encoder = PanelEncoder(size, dim, widths, patch)
         self.reasoner = SCLReasoner(dim, out=hidden) if reasoner == "scl" else WReNReasoner(dim, out=hidden)
         self.psi = nn.Linear(hidden, 1)
-        self.aux = AuxHead(hidden, aux_bits) if aux_bits else None
+        self.aux = AuxHead(hidden, aux_bits, dropout=aux_dropout) if aux_bits else None
         self.proj = ProjectionHead(hidden, hidden, proj_dim)
 
     def forward(self, batch) -> dict[str, Tensor]:
@@ -175,6 +178,8 @@ class RPMTrainConfig:
     wrong_negatives: bool = True        # MLCL: the 7 wrong completions of every matrix as negatives (Eq. 8)
     three_phase: bool = False           # MLCL: contrastive pre-training, then psi alone, then fine-tuning with CE
     augment: bool = False               # one random flip / rotation / transpose on all 16 panels of a matrix
+    shuffle_answers: bool = False       # a new order of the 8 candidates each time a matrix is served (the authors)
+    aux_dropout: float = 0.0            # dropout in the rule head rho (the authors' code: 0.5)
     epochs: int = 4
     batch_size: int = 32
     lr: float = 3e-3                    # the peak learning rate of the one-cycle schedule (Adam)
@@ -190,6 +195,7 @@ class RPMTrainConfig:
         if self.three_phase and self.method != "mlcl":
             raise ValueError("three_phase is a schedule of the 'mlcl' method")
         if self.beta < 0 or self.temperature <= 0: raise ValueError("beta must be >= 0 and temperature > 0")
+        if not 0 <= self.aux_dropout < 1: raise ValueError(f"aux_dropout must be in [0, 1), got {self.aux_dropout}")
         if self.views is not None and (not isinstance(self.views, int) or self.views < 1):
             raise ValueError(f"views must be None or an int >= 1, got {self.views!r}")
         if self.schedule not in ("one_cycle", "constant"):
@@ -233,11 +239,13 @@ def rpm_batches(
     puzzles: Sequence | None = None,
     augment_panels: bool = False,
     views: int = 1,
+    shuffle_answers: bool = False,
 ):
     """A DataLoader of dict batches over Raven matrices (images (n, 16, S, S) uint8), optionally augmented per matrix;
     augmentation needs `puzzles`, the symbolic puzzles or RAVEN's meta matrices of them (to spare Position rules).
     `views` > 1 puts each matrix that many times, next to each other, in `images` (each view with its own transform
-    when augmenting, identical otherwise); the labels stay one row per matrix."""
+    when augmenting, identical otherwise); the labels stay one row per matrix. `shuffle_answers` puts the 8 candidates
+    of each matrix in a new random order each time it is served (one order for all its views; `target` follows)."""
     from torch.utils.data import DataLoader
     n = len(images)
     if not (len(target) == len(dense) == len(sparse) == n):
@@ -248,12 +256,17 @@ def rpm_batches(
     gen = torch.Generator().manual_seed(seed)
     def collate(idx):
         idx = np.asarray(idx)
+        imgs, tgt = images[idx], target[idx]
+        if shuffle_answers:
+            seeds = torch.randint(0, 2**31 - 1, (len(idx),), generator=gen).tolist()
+            imgs, tgt = map(np.stack, zip(*(shuffle_answers_(im, t, np.random.default_rng(s))
+                                            for im, t, s in zip(imgs, tgt, seeds))))
         each = np.repeat(idx, views)
-        imgs = images[each]
+        imgs = np.repeat(imgs, views, axis=0)
         if augment_panels:
             seeds = torch.randint(0, 2**31 - 1, (len(each),), generator=gen).tolist()
             imgs = np.stack([augment(im, puzzles[i], np.random.default_rng(s)) for im, i, s in zip(imgs, each, seeds)])
-        return {"images": torch.from_numpy(np.ascontiguousarray(imgs)), "target": torch.as_tensor(target[idx]).long(),
+        return {"images": torch.from_numpy(np.ascontiguousarray(imgs)), "target": torch.as_tensor(tgt).long(),
                 "dense": torch.as_tensor(dense[idx]).long(), "sparse": torch.as_tensor(sparse[idx]).long()}
     return DataLoader(range(n), batch_size, shuffle=shuffle, drop_last=shuffle, collate_fn=collate, generator=gen)
 
@@ -323,10 +336,11 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         aux_bits(config.method),
         widths=config.widths,
         patch=config.patch,
+        aux_dropout=config.aux_dropout,
     )
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
-                     views=config.n_views)
+                     views=config.n_views, shuffle_answers=config.shuffle_answers)
     phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
     if config.three_phase:
         e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2
