@@ -179,12 +179,12 @@ def freeze_cnn(visual: VisualStream) -> VisualStream:
 
 class GroundingModel(nn.Module):
     """Fig. 1: a visual stream's grid and a language stream's tokens, each through its own linear head into a common
-    space, compared by the match-map similarity (Eq. 1). `forward(batch)` gives the (images x texts) matrix S. With
-    `normalize`
-    (our default) locations and tokens are unit vectors, so each word's best match is a cosine in [-1, 1]."""
+    space, compared by the match-map similarity (Eq. 1). `forward(batch)` gives the (images x texts) matrix S: raw inner
+    products by default, as Eq. 1 and the authors' code have them; with `normalize` locations and tokens are unit
+    vectors, so each word's best match is a cosine in [-1, 1]."""
 
     def __init__(
-        self, visual: VisualStream, language: BankLanguage, dim: int = 128, reduce: str = "sum", normalize: bool = True
+        self, visual: VisualStream, language: BankLanguage, dim: int = 128, reduce: str = "sum", normalize: bool = False
     ):
         super().__init__()
         self.visual, self.language, self.reduce, self.normalize = visual, language, reduce, normalize
@@ -249,7 +249,7 @@ def train_grounding(
     parts: Sequence[str] = ("l", "v"),
     temperature: float = 0.1,
     reduce: str = "sum",
-    normalize: bool = True,
+    normalize: bool = False,
     dim: int = 128,
     seed: int = 0,
     cbs: Sequence = (),
