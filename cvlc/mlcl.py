@@ -262,7 +262,7 @@ def rpm_batches(
             imgs, tgt = map(np.stack, zip(*(shuffle_answers_(im, t, np.random.default_rng(s))
                                             for im, t, s in zip(imgs, tgt, seeds))))
         each = np.repeat(idx, views)
-        imgs = np.repeat(imgs, views, axis=0)
+        if views > 1: imgs = np.repeat(imgs, views, axis=0)            # one view needs no second copy
         if augment_panels:
             seeds = torch.randint(0, 2**31 - 1, (len(each),), generator=gen).tolist()
             imgs = np.stack([augment(im, puzzles[i], np.random.default_rng(s)) for im, i, s in zip(imgs, each, seeds)])
