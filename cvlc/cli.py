@@ -75,13 +75,18 @@ def find_chapter(query: str, chapters: Sequence[Chapter]) -> Chapter:
 # %% ../nbs/api/cli.ipynb #bccd83fb
 def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
     """`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else
-    strings."""
+    JSON (`true`, `{"a": null}`), else strings."""
     out = {}
     for name, value in pairs or []:
         if not name.isidentifier(): raise CliError(f"parameter name {name!r} is not a Python identifier")
-        try: out[name] = ast.literal_eval(value)
-        except (ValueError, SyntaxError): out[name] = value
+        out[name] = _param_value(value)
     return out
+
+def _param_value(text: str) -> Any:
+    try: return ast.literal_eval(text)
+    except (ValueError, SyntaxError): pass
+    try: return json.loads(text)
+    except ValueError: return text
 
 def _papermill():
     "papermill, or a one-line error naming the extra that brings it."

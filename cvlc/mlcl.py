@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
            'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'aux_bits', 'rpm_loss', 'rpm_batches', 'rpm_accuracy',
-           'rule_source', 'resize_panels', 'raven_data', 'train_rpm', 'random_candidates']
+           'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm', 'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -28,7 +28,7 @@ from .losses import multilabel_supcon
 from .models import ProjectionHead
 from .data import RavenSet, load_raven
 from .rpm import Puzzle, augment, shuffle_answers as shuffle_answers_
-from .training import Checkpoint, make_learner
+from .training import Checkpoint, Phases, make_learner
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e012
 class PanelEncoder(nn.Module):
@@ -311,9 +311,19 @@ def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str]
     return rv if rv.images.shape[-1] == size else replace(rv, images=resize_panels(rv.images, size))
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e040
-def _fit(learn, epochs: int, schedule: str, progress: bool) -> None:
+def mlcl_phases(epochs: int, loss_of) -> Phases:
+    """MLCL's three phases (`cvlc.training.Phases`): half the epochs for L_mlc + beta L_aux (the scorer psi gets no
+    gradient), a quarter for psi alone with L_ce (the rest frozen), a quarter for everything with L_ce.
+    `loss_of(parts)`: the loss of those parts of `rpm_loss`."""
+    e1 = epochs // 2; e2 = (epochs - e1) // 2
+    return Phases([(e1, loss_of(("aux", "mlc")), None), (e2, loss_of(("ce",)), lambda name: name.startswith("psi.")),
+                   (epochs - e1 - e2, loss_of(("ce",)), None)])
+
+def _fit(learn, epochs: int, schedule: str, progress: bool, phases: Phases | None = None) -> None:
     if epochs <= 0: return
-    fit = (lambda: learn.fit_one_cycle(epochs, learn.lr)) if schedule == "one_cycle" else (lambda: learn.fit(epochs))
+    if schedule == "constant": fit = lambda: learn.fit(epochs)
+    elif phases is None: fit = lambda: learn.fit_one_cycle(epochs, learn.lr)
+    else: fit = lambda: learn.fit(epochs, cbs=phases.one_cycle(learn.lr))       # a cycle in each phase
     if progress: fit()
     else:
         with learn.no_bar(), learn.no_logging(): fit()
@@ -323,8 +333,6 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     """Train an RPMSolver on `data` (an RPMSet, a RavenSet, or a dict with images, target, meta_target, sparse and
     puzzles); returns the model and its History. `cbs`: more fastai callbacks (a `cvlc.training.AtSteps`, say)."""
     config = config or RPMTrainConfig()
-    if config.three_phase and checkpoint is not None:
-        raise ValueError("checkpoints resume single-phase runs; three_phase runs are not checkpointed")
     get = (lambda k: data[k]) if isinstance(data, dict) else (lambda k: getattr(data, k))
     images = get("images")
     seed_everything(seed)
@@ -341,27 +349,17 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
                      views=config.n_views, shuffle_answers=config.shuffle_answers)
-    phases = [(("ce", "aux", "mlc"), config.epochs, False)]         # (loss parts, epochs, train psi alone)
-    if config.three_phase:
-        e1 = config.epochs // 2; e2 = (config.epochs - e1) // 2
-        phases = [(("aux", "mlc"), e1, False), (("ce",), e2, True), (("ce",), config.epochs - e1 - e2, False)]
     loss_of = lambda parts: (lambda out, b: rpm_loss(out, b, config, parts))
+    phases = mlcl_phases(config.epochs, loss_of) if config.three_phase else None
     learn = make_learner(
         model,
         dl,
         None,
-        loss_of(phases[0][0]),
+        loss_of(("ce", "aux", "mlc")),
         lr=config.lr,
-        cbs=([Checkpoint(checkpoint)] if checkpoint is not None else []) + list(cbs),
+        cbs=([Checkpoint(checkpoint)] if checkpoint is not None else []) + ([phases] if phases else []) + list(cbs),
     )
-    rows = []
-    for parts, epochs, psi_only in phases:
-        learn.loss_func = loss_of(parts)
-        for name, prm in model.named_parameters(): prm.requires_grad_(not psi_only or name.startswith("psi."))
-        _fit(learn, epochs, config.schedule, progress)
-        rows += learn.history.rows
-    for prm in model.parameters(): prm.requires_grad_(True)
-    learn.history.rows = rows
+    _fit(learn, config.epochs, config.schedule, progress, phases)
     return learn.model, learn.history
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e045

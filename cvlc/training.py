@@ -1,4 +1,4 @@
-"""fastai's `Learner` on batches that are dictionaries, and the callbacks the papers' training schemes are made of: two losses alternated, joined or in sequence (ConClaT), the alignment of their gradients, weak positives at a smaller learning rate (entailment), checkpoints that resume to the same bytes, training split over processes, and linear probes.
+"""fastai's `Learner` on batches that are dictionaries, and the callbacks the papers' training schemes are made of: two losses alternated, joined or in sequence (ConClaT), the alignment of their gradients, weak positives at a smaller learning rate (entailment), runs in phases with parts frozen (MLCL), checkpoints that resume to the same bytes, training split over processes, and linear probes.
 
 Docs: https://cvlc-course.github.io/cvlc/training.html.md"""
 
@@ -8,14 +8,14 @@ Docs: https://cvlc-course.github.io/cvlc/training.html.md"""
 __all__ = ['DictBatch', 'batch_size', 'make_learner', 'torch_optimizer', 'History', 'index_batches', 'IndexedBatches',
            'CycledBatches', 'fit_steps', 'Alternate', 'Joint', 'grad_alignment', 'PretrainFinetune', 'WeakPositives',
            'rng_state', 'set_rng_state', 'Checkpoint', 'AtSteps', 'budget_fractions', 'budget_steps', 'at_budget',
-           'DistributedTrainer', 'embed', 'linear_probe']
+           'Phases', 'DistributedTrainer', 'embed', 'linear_probe']
 
 # %% ../nbs/07_training.ipynb #e4e6ee93
 from .core import require_extra
 require_extra("course", "fastai", "sklearn", by="cvlc.training")   # a clear message, not a bare ImportError
 
 # %% ../nbs/07_training.ipynb #8b245d0a
-import inspect, itertools, json, math, os, random, warnings
+import bisect, inspect, itertools, json, math, os, random, warnings
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -29,6 +29,7 @@ from torch import Tensor
 
 import fastai.callback.progress   # fastprogress bars and Learner.no_bar
 import fastai.callback.schedule   # noqa: F401  (adds Learner.fit_one_cycle)
+from fastai.callback.schedule import ParamScheduler, combined_cos
 from fastai.callback.core import Callback, CancelEpochException
 from fastai.data.core import DataLoaders
 from fastai.learner import Learner
@@ -431,6 +432,52 @@ def at_budget(record: Mapping, b: int = -1) -> dict:
     "A unit's result (`AtSteps.record`) at its b-th measured step, in step order (-1: the last, the whole run)."
     if "at" not in record: raise KeyError("the record has no 'at' (was it made by AtSteps.record?)")
     return record["at"][str(sorted(map(int, record["at"]))[b])]
+
+# %% ../nbs/07_training.ipynb #ph4se002
+def _phased(ends: Sequence[float], sched: Callable[[float], Any]) -> Callable[[float], Any]:
+    "`sched` (a function of the position in [0, 1]) run once over each span of the run that ends at `ends`."
+    def f(pos: float):
+        i = min(bisect.bisect_right(ends, pos), len(ends) - 1)
+        start = ends[i - 1] if i else 0.0
+        return sched((pos - start) / (ends[i] - start))
+    return f
+
+class Phases(Callback):
+    """One fit in phases: `phases` lists (epochs, loss_func, trainable) in order; phase i trains its loss for its
+    epochs, and where `trainable` (a test of a parameter's name) is given, only the parameters it accepts. The others
+    are frozen and their gradients dropped, so that the optimiser does not move them. Phases of 0 epochs are skipped."""
+    order = 75          # after Checkpoint: the epochs a resumed run skips are not set up
+    def __init__(self, phases: Sequence[tuple[int, Callable, Callable[[str], bool] | None]]):
+        for p in phases:
+            if len(p) != 3 or not (isinstance(p[0], int) and p[0] >= 0) or not callable(p[1]):
+                raise ValueError(f"each phase is (epochs >= 0, loss_func, trainable or None), got {p!r}")
+        self.phases = [tuple(p) for p in phases if p[0] > 0]
+        if not self.phases: raise ValueError("the phases hold no epoch")
+        self.epochs = sum(p[0] for p in self.phases)
+        self.ends = list(itertools.accumulate(p[0] for p in self.phases))       # the epoch each phase stops before
+    def phase(self, epoch: int) -> int:
+        "The phase an epoch belongs to."
+        return min(bisect.bisect_right(self.ends, epoch), len(self.phases) - 1)
+    def _model(self): return getattr(self.learn.model, "module", self.learn.model)
+    def before_fit(self):
+        if self.n_epoch != self.epochs:
+            raise ValueError(f"the phases hold {self.epochs} epochs, the fit {self.n_epoch}")
+        self._was = {n: p.requires_grad for n, p in self._model().named_parameters()}
+    def before_epoch(self):
+        _, loss_func, trainable = self.phases[self.phase(self.epoch)]
+        self.learn.loss_func = loss_func
+        for name, prm in self._model().named_parameters():
+            on = self._was[name] and (trainable is None or trainable(name))
+            prm.requires_grad_(on)
+            if not on: prm.grad = None
+    def after_fit(self):
+        for name, prm in self._model().named_parameters(): prm.requires_grad_(self._was[name])
+    def one_cycle(self, lr: float, div: float = 25.0, div_final: float = 1e5, pct_start: float = 0.25,
+                  moms: tuple = (0.95, 0.85, 0.95)) -> ParamScheduler:
+        "fastai's one-cycle schedule (its defaults) once in each phase, for `learn.fit(epochs, cbs=[phases, this])`."
+        ends = [e / self.epochs for e in self.ends]
+        return ParamScheduler({"lr": _phased(ends, combined_cos(pct_start, lr / div, lr, lr / div_final)),
+                               "mom": _phased(ends, combined_cos(pct_start, *moms))})
 
 # %% ../nbs/07_training.ipynb #e8e684e4
 def _slice(b: Any, s: slice, n: int) -> Any:
