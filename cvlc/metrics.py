@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 # %% auto #0
 __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
-           'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'spread_verdict', 'seed_verdict', 'ClaimRow',
-           'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
+           'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
+           'ClaimRow', 'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
            'load_published', 'load_variants', 'published_claims', 'variants_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
@@ -334,6 +334,12 @@ def mean_sd(values) -> tuple[float, float]:
     if not np.isfinite(v).all(): raise ValueError("values contain NaN or infinity")
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
+def pm(mean: float, sd: float, fmt: str = ".3f", sd_fmt: str | None = None) -> str:
+    """'mean ± sd' as every chapter prints it: the mean in `fmt` (a width may lead, '>9.3f'), the sd in `sd_fmt`
+    (default: the precision of `fmt`, no width). `pm(*mean_sd(scores))` formats per-seed scores."""
+    if sd_fmt is None: sd_fmt = fmt[fmt.index("."):] if "." in fmt else ""
+    return f"{mean:{fmt}} ± {sd:{sd_fmt}}"
+
 def spread_verdict(d: float, spread: float, one_seed: bool = False) -> str:
     "The verdict on a difference `d` that the claim says is positive, against the seeds' `spread` (see `seed_verdict`)."
     if d <= 0: return "does not hold"
@@ -458,7 +464,7 @@ def check_claims(records) -> list[Claim]:
 # %% ../nbs/05_metrics.ipynb #c1a1m5c2
 def _ours(c: Claim) -> str:
     rel = " vs " if c.no_gain else " < " if c.lower_is_better else " > "
-    return rel.join(f"{r.mean:.3f} ± {r.sd:.3f}" if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
+    return rel.join(pm(r.mean, r.sd) if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
         f" (seeds {'/'.join(str(r.n) for r in c.rows)})"
 
 def _markdown_table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
