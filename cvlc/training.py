@@ -436,7 +436,7 @@ def at_budget(record: Mapping, b: int = -1) -> dict:
 # %% ../nbs/07_training.ipynb #ph4se002
 def _phased(ends: Sequence[float], sched: Callable[[float], Any]) -> Callable[[float], Any]:
     """`sched` (a function of the position in [0, 1]) run once over each span of the run that ends at `ends`.
-    (fastai's `combine_scheds` asks that the fractions sum to exactly 1.0 in floating point; epochs / total need not.)"""
+    (fastai's `combine_scheds` asks that its fractions sum to exactly 1.0 in floats; epochs / total need not.)"""
     def f(pos: float):
         i = min(bisect.bisect_right(ends, pos), len(ends) - 1)
         start = ends[i - 1] if i else 0.0
