@@ -9,7 +9,7 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
-           'load_published', 'load_variants', 'published_claims', 'variants_table']
+           'load_published', 'load_variants', 'published_claims', 'published_runs', 'variants_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -566,6 +566,17 @@ def _variant_label(rec: dict) -> str:
     params = rec["provenance"].get("params") or {}
     return ", ".join(f"{k} = {v}" for k, v in sorted(params.items())) or rec["folder"].name
 
+def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[str] | None = None,
+                   root: str | os.PathLike | None = None) -> list[tuple[str, dict]]:
+    """(label, record) of the published run of `chapter` at `profile` ("as published") and of each of its variants
+    there (labelled by their parameters). `only`: just the variants whose every parameter is named in it, say
+    "EPOCHS" for the runs that differ from the chapter's own in their budget alone."""
+    names = {only} if isinstance(only, str) else None if only is None else set(only)
+    own = load_published(chapter, profile, root)
+    return ([("as published", own)] if own else []) + [
+        (_variant_label(v), v) for v in load_variants(chapter, root) if v["folder"].parent.name == profile
+        and (names is None or set(v["provenance"].get("params") or {}) <= names)]
+
 def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
     """Markdown: what else was tried. Per profile with published variants, one column for the chapter's own published
     run and one per variant; a row per claim (margin and verdict), then the claims that hold, the wall time and the
@@ -576,9 +587,7 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
                 "--publish` makes one.*")
     out = []
     for profile in dict.fromkeys(v["folder"].parent.name for v in variants):      # variants/<profile>/<name>
-        own = load_published(chapter, profile, root)
-        runs = ([("as published", own)] if own else []) + [
-            (_variant_label(v), v) for v in variants if v["folder"].parent.name == profile]
+        runs = published_runs(chapter, profile, root=root)
         ids = list(dict.fromkeys(c.id for _, r in runs for c in r["claims"]))
         def cell(rec, cid):
             c = next((c for c in rec["claims"] if c.id == cid), None)
