@@ -8,8 +8,9 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
-           'ClaimRow', 'Claim', 'claim', 'check_claims', 'claims_table', 'budget_curve', 'claim_lines', 'results_root',
-           'load_published', 'load_variants', 'published_claims', 'published_runs', 'variants_table']
+           'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
+           'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'published_runs',
+           'variants_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -467,7 +468,7 @@ def _ours(c: Claim) -> str:
     return rel.join(pm(r.mean, r.sd) if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
         f" (seeds {'/'.join(str(r.n) for r in c.rows)})"
 
-def _markdown_table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
+def markdown_table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
     "A Markdown table; a `|` inside a cell is escaped."
     line = lambda cells: "| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |"
     return "\n".join([line(head), "|" + "---|" * len(head)] + [line(r) for r in rows])
@@ -488,7 +489,7 @@ def claims_table(claims, chapters: Sequence[str] | None = None, markdown: bool =
               for g in groups]
     total = "overall" if chapters is not None else "claims"
     counts.append(f"{total}: {sum(c.holds for c in claims)}/{len(claims)} hold")
-    if markdown: return _markdown_table(head, body) + "\n\n" + "; ".join(counts) + "."
+    if markdown: return markdown_table(head, body) + "\n\n" + "; ".join(counts) + "."
     w = [max(len(r[k]) for r in [head] + body) for k in range(len(head))]
     fmt = lambda row: "  ".join(x.ljust(w[k]) for k, x in enumerate(row)).rstrip()
     return "\n".join([fmt(head), "-" * len(fmt(head))] + [fmt(r) for r in body] + [""] + counts)
@@ -597,7 +598,7 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
         rows.append(["claims that hold"] + [f"{sum(c.holds for c in r['claims'])}/{len(r['claims'])}" for _, r in runs])
         rows.append(["wall time"] + [f"{wall(r):.0f} s" if isinstance(wall(r), (int, float)) else "-" for _, r in runs])
         rows.append(["commit"] + [f"`{str(r['provenance'].get('commit') or '?')[:10]}`" for _, r in runs])
-        out.append(_markdown_table([f"`{profile}`: claim"] + [name for name, _ in runs], rows))
+        out.append(markdown_table([f"`{profile}`: claim"] + [name for name, _ in runs], rows))
     legend = ("Each cell: the claim's margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
               "spread; 1 seed: direction only).")
     return "\n\n".join(out + [legend])
