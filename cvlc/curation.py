@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from fastai.torch_core import to_device
 
 from .core import seed_everything
 from .losses import dynamic_margin_triplet, scaled_supcon
@@ -443,7 +444,9 @@ def train_vqa(method: Method, train: VQATensors, model_kwargs: Mapping, config: 
 def predict(model: VQAModel, t: VQATensors, batch_size: int = 512) -> Tensor:
     "Answer indices for every sample of `t`."
     model.eval()
-    return torch.cat([model(t(i))["logits"].argmax(1) for i in index_batches(len(t), batch_size, shuffle=False)])
+    dev = next(model.parameters()).device
+    return torch.cat([model(to_device(t(i), dev))["logits"].argmax(1).cpu()
+                      for i in index_batches(len(t), batch_size, shuffle=False)])
 
 def vqa_scores(model: VQAModel, t: VQATensors) -> np.ndarray:
     "The official VQA accuracy (`cvlc.metrics.vqa_score`) of the model's answer to every sample of `t`."

@@ -274,14 +274,10 @@ def rpm_batches(
 def rpm_accuracy(model: nn.Module, images: np.ndarray, target: np.ndarray, batch_size: int = 256) -> float:
     "Share of matrices whose highest-scoring candidate is the right one."
     model.eval()
-    hits = 0
+    dev, hits = next(model.parameters()).device, 0
     for s in range(0, len(images), batch_size):
-        hits += int(
-            (
-                model(torch.from_numpy(images[s : s + batch_size]))["scores"].argmax(1)
-                == torch.as_tensor(target[s : s + batch_size])
-            ).sum()
-        )
+        scores = model(torch.from_numpy(images[s : s + batch_size]).to(dev))["scores"]
+        hits += int((scores.argmax(1).cpu() == torch.as_tensor(target[s : s + batch_size])).sum())
     return hits / len(images)
 
 def rule_source(data) -> Sequence:

@@ -36,7 +36,7 @@ from fastai.learner import Learner
 from fastai.optimizer import Adam, OptimWrapper
 from fastai.torch_core import to_device
 
-from .core import atomic_write_bytes, by_profile, save_checkpoint, load_checkpoint
+from .core import atomic_write_bytes, by_profile, default_device, save_checkpoint, load_checkpoint
 
 # %% ../nbs/07_training.ipynb #26af063d
 class _OneTuple:
@@ -44,6 +44,10 @@ class _OneTuple:
     def __init__(self, dl: Iterable): self.dl = dl
     def __iter__(self): return ((b,) for b in self.dl)
     def __len__(self) -> int: return len(self.dl)
+    def to(self, device: torch.device) -> "_OneTuple":
+        "Where fastai puts the model at `fit` (`TrainEvalCallback`) and each batch: `device`."
+        self.device = device
+        return self
 
 class DictBatch(Callback):
     "Make the batch dict both the model input and the loss target: `model(batch)` and `loss_func(pred, batch)`."
@@ -59,14 +63,18 @@ def batch_size(batch: Mapping) -> int:
 # %% ../nbs/07_training.ipynb #8abd7645
 def make_learner(model: nn.Module, train: Iterable, valid: Iterable | None = None, loss_func: Callable | None = None, *,
                  lr: float = 1e-3, opt_func: Callable = Adam, wd: float | None = None, cbs: Sequence[Callback] = (),
-                 metrics: Sequence = (), history: bool = True, splitter: Callable | None = None) -> Learner:
+                 metrics: Sequence = (), history: bool = True, splitter: Callable | None = None,
+                 device: str | torch.device | None = None) -> Learner:
     """A fastai `Learner` over loaders of dict batches: `model(batch)`, `loss_func(pred, batch)`, `metrics` as
     `f(pred, batch)`; a `History` of every loss is kept unless `history=False`. `splitter(model)`: lists of parameters,
-    one optimizer group each (fastai's), for a learning rate per group."""
+    one optimizer group each (fastai's), for a learning rate per group. The model trains on `device` (default
+    `cvlc.core.default_device()`: `$CVLC_DEVICE`, else CUDA, else MPS, else CPU): fastai moves it there when `fit`
+    starts and each batch to it; functions that evaluate a trained model send their inputs to its device."""
     if not isinstance(model, nn.Module): raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if loss_func is None or not callable(loss_func):
         raise TypeError("loss_func must be a callable (pred, batch) -> scalar loss")
-    dls = DataLoaders(_OneTuple(train), _OneTuple(valid if valid is not None else []))
+    device = torch.device(device) if device is not None else default_device()
+    dls = DataLoaders(_OneTuple(train), _OneTuple(valid if valid is not None else []), device=device)
     cbs = [DictBatch(), *([History()] if history else []), *cbs]
     return Learner(dls, model, loss_func=loss_func, opt_func=opt_func, lr=lr, wd=wd, cbs=cbs, metrics=list(metrics),
                    **({"splitter": splitter} if splitter is not None else {}))
@@ -356,8 +364,8 @@ class Checkpoint(Callback):
     def before_fit(self):
         self.start = 0
         if not (self.resume and self.path.is_file()): return
-        st = load_checkpoint(self.path)
         model = self._model()
+        st = load_checkpoint(self.path, map_location=next(model.parameters()).device)   # fastai's optimiser state too
         model.load_state_dict(st["model"])
         # fastai's optimisers step every parameter whose grad is not
         for prm, had in zip(model.parameters(), st["has_grad"]):
