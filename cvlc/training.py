@@ -364,14 +364,14 @@ class Checkpoint(Callback):
     def before_fit(self):
         self.start = 0
         if not (self.resume and self.path.is_file()): return
-        model = self._model()
-        st = load_checkpoint(self.path, map_location=next(model.parameters()).device)   # fastai's optimiser state too
+        st, model = load_checkpoint(self.path), self._model()        # read onto the CPU (the random states live there)
         model.load_state_dict(st["model"])
         # fastai's optimisers step every parameter whose grad is not
         for prm, had in zip(model.parameters(), st["has_grad"]):
             # None (zeroed grads too: momentum moves them)
             if had and prm.grad is None: prm.grad = torch.zeros_like(prm)
-        self.learn.opt.load_state_dict(st["opt"])
+        # fastai's optimisers keep their state where it is loaded: beside the parameters, on the model's device
+        self.learn.opt.load_state_dict(to_device(st["opt"], next(model.parameters()).device))
         set_rng_state(st["rng"])
         gens = _loader_generators(self.learn)
         if len(gens) != len(st["generators"]):
