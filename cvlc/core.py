@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 # %% auto #0
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
            'run_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint',
-           'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit', 'UnitStore',
-           'device_name', 'provenance']
+           'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit', 'device_name',
+           'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import hashlib, json, math, os, random, tempfile, time, warnings
@@ -248,7 +248,7 @@ def _forked(store, jobs: list, todo: list[int], workers: int, bar: bool):
             yield from maybe_progress(pool.imap_unordered(_forked_unit, todo), show=bar, n=len(todo))
     finally: _FORK_STATE = None
 
-# %% ../nbs/00_core.ipynb #u0n1t5c2
+# %% ../nbs/00_core.ipynb #u0n1t5h0
 def _slug(text: str) -> str:
     "A file-name-safe form of a row name (letters, digits, '-', '_', '.')."
     out = "".join(c if c.isalnum() or c in "-_." else "-" for c in text.strip())
@@ -264,6 +264,21 @@ def _config_key(config: Any) -> Any:
     if isinstance(config, (list, tuple)): return type(config)(_config_key(v) for v in config)
     return config
 
+def device_name(device: str | torch.device | None = None) -> str:
+    "A readable name of the device a run uses: the GPU's model, or the CPU's model and core count."
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda": return torch.cuda.get_device_name(device)
+    import platform
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
+    except OSError: pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{device.type} ({model}, {cores} cores)"
+
+
+# %% ../nbs/00_core.ipynb #u0n1t5c2
 class UnitStore:
     """The finished units (row x seed) of a chapter's experiment, one JSON file each in `folder` (default
     `<run folder>/units`). `run(row, seed, fn, config)` returns a valid stored result or computes, stores and returns
@@ -320,7 +335,7 @@ class UnitStore:
         t0 = time.perf_counter()
         result = _jsonable(fn(), f"unit {row!r} seed {seed}")
         rec = {**self._identity(row, seed, config), "commit": self.commit, "seconds": time.perf_counter() - t0,
-               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+               "device": device_name(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
         atomic_write_bytes(self.path(row, seed), (json.dumps(rec, indent=1) + "\n").encode())
         return json.loads(json.dumps(result))
 
@@ -363,25 +378,25 @@ class UnitStore:
         for (row, *_), result in zip(jobs, results): out.setdefault(row, []).append(result)
         return out
 
+    def devices(self) -> dict[str, int]:
+        """How many of the units computed or reused here were made on each device (a unit's record names it; the
+        device is not part of its identity, so a run resumed elsewhere reuses it: the same code and seed give other
+        numbers on a GPU than on a CPU)."""
+        made: dict[str, int] = {}
+        for row, seed in dict.fromkeys(self.computed + self.reused):
+            try: d = json.loads(self.path(row, seed).read_text(encoding="utf-8")).get("device") or "unrecorded"
+            except (OSError, ValueError): d = "unreadable"
+            made[d] = made.get(d, 0) + 1
+        return made
+
     def summary(self) -> str:
-        "One line: how many units were computed, reused and ignored."
+        "One line: how many units were computed, reused and ignored, and the devices, where they were several."
+        made = self.devices()
         return (f"units: {len(self.computed)} computed, {len(self.reused)} reused from {self.folder}"
-                + (f", {len(self.ignored)} stored ones ignored" if self.ignored else ""))
+                + (f", {len(self.ignored)} stored ones ignored" if self.ignored else "")
+                + ("; made on " + ", ".join(f"{d} ({n})" for d, n in made.items()) if len(made) > 1 else ""))
 
 # %% ../nbs/00_core.ipynb #pr0v0cd1
-def device_name(device: str | torch.device | None = None) -> str:
-    "A readable name of the device a run uses: the GPU's model, or the CPU's model and core count."
-    device = torch.device(device) if device is not None else default_device()
-    if device.type == "cuda": return torch.cuda.get_device_name(device)
-    import platform
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
-    except OSError: pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{device.type} ({model}, {cores} cores)"
-
 def provenance(chapter: str, profile: str, where: str | os.PathLike = ".", *paths: str | os.PathLike,
                **extra: Any) -> dict:
     """Where and how a chapter's results were made: commit, uncommitted changes (to `paths`, when given), device,
