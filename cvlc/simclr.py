@@ -408,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/simclr", help="folder for simclr_encoder.pt")
     args = ap.parse_args(argv)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and torch.cuda.is_available():      # one GPU per process: "cuda" is then this rank's own
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if world_size > 1: dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
         if args.batch % world_size:
