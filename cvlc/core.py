@@ -290,6 +290,7 @@ class UnitStore:
         self.code = code or code_fingerprint(chapter)
         self.commit = git_commit()[0]
         self.reused, self.computed, self.ignored = [], [], []
+        self.made: dict[tuple, str] = {}        # (row, seed) -> the device its record names
 
     def path(self, row: str, seed: int) -> Path:
         "The file of unit (row, seed): a readable slug of the row, and a short hash of it (two rows never share one)."
@@ -321,13 +322,14 @@ class UnitStore:
         rec = self._stored(row, seed, config)
         if rec is not None: return rec["result"]
         result = self._compute(row, seed, fn, config)
-        self.computed.append((row, seed))
+        self.computed.append((row, seed)); self.made[(row, seed)] = device_name()
         return result
 
     def _stored(self, row: str, seed: int, config: Any) -> dict | None:
         "The valid stored record of unit (row, seed), its reuse counted; else None."
         rec = self.load(row, seed, config)
-        if rec is not None: self.reused.append((row, seed))
+        if rec is not None:
+            self.reused.append((row, seed)); self.made[(row, seed)] = rec.get("device") or "unrecorded"
         return rec
 
     def _compute(self, row: str, seed: int, fn, config: Any) -> Any:
@@ -373,7 +375,7 @@ class UnitStore:
             results = [rec and rec["result"] for rec in stored]
             todo = [i for i, rec in enumerate(stored) if rec is None]
             for i, result in _forked(self, jobs, todo, workers, bar):
-                results[i] = result; self.computed.append(jobs[i][:2])
+                results[i] = result; self.computed.append(jobs[i][:2]); self.made[jobs[i][:2]] = device_name()
         out: dict[str, list] = {}
         for (row, *_), result in zip(jobs, results): out.setdefault(row, []).append(result)
         return out
@@ -383,10 +385,7 @@ class UnitStore:
         device is not part of its identity, so a run resumed elsewhere reuses it: the same code and seed give other
         numbers on a GPU than on a CPU)."""
         made: dict[str, int] = {}
-        for row, seed in dict.fromkeys(self.computed + self.reused):
-            try: d = json.loads(self.path(row, seed).read_text(encoding="utf-8")).get("device") or "unrecorded"
-            except (OSError, ValueError): d = "unreadable"
-            made[d] = made.get(d, 0) + 1
+        for d in self.made.values(): made[d] = made.get(d, 0) + 1
         return made
 
     def summary(self) -> str:
