@@ -174,7 +174,8 @@ def budget_curves(
     curves: Mapping[str, Mapping[str, Sequence]], xlabel: str = "budget", ncols: int = 4, logx: bool = False
 ) -> Figure:
     """{run: {claim id: [[budget, margin, spread, verdict], ...]}} (`cvlc.metrics.budget_curve` per run): a panel per
-    claim, margin against budget with the spread dashed; a filled marker where the claim holds."""
+    claim, margin against budget with the spread dashed; a filled marker where the claim holds. The legend (the runs,
+    and what the line styles and markers mean) takes the first empty panel of the grid, or a row under it."""
     ids = list(dict.fromkeys(cid for c in curves.values() for cid in c))
     if not ids: raise ValueError("no claim to draw")
     nrows = math.ceil(len(ids) / ncols)
@@ -200,9 +201,24 @@ def budget_curves(
         ax.set_xlim(lo / 1.3 if logx else lo - pad, hi * 1.3 if logx else hi + pad)
     for ax in axes.flat[len(ids):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel(xlabel, fontsize=8)
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
+    _budget_legend(fig, axes.flat[len(ids):], list(curves))
     return fig
+
+def _budget_legend(fig: Figure, free, runs: list) -> None:
+    "The runs and the key to the marks: in the first free panel, else in a row of its own under the panels."
+    from matplotlib.lines import Line2D
+    key = [Line2D([], [], color=f"C{k}", lw=1.3, label=run) for k, run in enumerate(runs)] + [
+        Line2D([], [], color="gray", lw=0.9, ls="--", label="seeds' spread (margin must exceed it)"),
+        Line2D([], [], color="gray", marker="o", ls="", label="claim holds"),
+        Line2D([], [], color="gray", marker="o", mfc="white", ls="", label="claim does not hold here")]
+    if len(free):
+        free[0].legend(handles=key, loc="center", fontsize=7, frameon=False)
+        fig.tight_layout()
+        return
+    ncol = min(len(key), 3)
+    height = (0.2 * math.ceil(len(key) / ncol) + 0.15) / fig.get_figheight()        # the legend's share of the figure
+    fig.legend(handles=key, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, height, 1, 1))
 
 # %% ../nbs/08_viz.ipynb #2fdebf52
 def retrieval_grid(
