@@ -291,6 +291,7 @@ class UnitStore:
         self.commit = git_commit()[0]
         self.reused, self.computed, self.ignored = [], [], []
         self.made: dict[tuple, str] = {}        # (row, seed) -> the device its record names
+        self.device = device_name()             # where this store's units are computed (read once)
 
     def path(self, row: str, seed: int) -> Path:
         "The file of unit (row, seed): a readable slug of the row, and a short hash of it (two rows never share one)."
@@ -322,7 +323,7 @@ class UnitStore:
         rec = self._stored(row, seed, config)
         if rec is not None: return rec["result"]
         result = self._compute(row, seed, fn, config)
-        self.computed.append((row, seed)); self.made[(row, seed)] = device_name()
+        self.computed.append((row, seed)); self.made[(row, seed)] = self.device
         return result
 
     def _stored(self, row: str, seed: int, config: Any) -> dict | None:
@@ -337,7 +338,7 @@ class UnitStore:
         t0 = time.perf_counter()
         result = _jsonable(fn(), f"unit {row!r} seed {seed}")
         rec = {**self._identity(row, seed, config), "commit": self.commit, "seconds": time.perf_counter() - t0,
-               "device": device_name(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
+               "device": self.device, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}
         atomic_write_bytes(self.path(row, seed), (json.dumps(rec, indent=1) + "\n").encode())
         return json.loads(json.dumps(result))
 
@@ -375,7 +376,7 @@ class UnitStore:
             results = [rec and rec["result"] for rec in stored]
             todo = [i for i, rec in enumerate(stored) if rec is None]
             for i, result in _forked(self, jobs, todo, workers, bar):
-                results[i] = result; self.computed.append(jobs[i][:2]); self.made[jobs[i][:2]] = device_name()
+                results[i] = result; self.computed.append(jobs[i][:2]); self.made[jobs[i][:2]] = self.device
         out: dict[str, list] = {}
         for (row, *_), result in zip(jobs, results): out.setdefault(row, []).append(result)
         return out
