@@ -6,8 +6,9 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
-           'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'aux_bits', 'rpm_loss', 'rpm_batches', 'rpm_accuracy',
-           'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm', 'random_candidates']
+           'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rpm_loss', 'rpm_batches',
+           'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm',
+           'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -206,6 +207,17 @@ class RPMTrainConfig:
         "Views of each matrix in a batch: `views`, or by default 2 for MLCL (Eq. 5-6's 2N) and 1 for the others."
         return self.views or (2 if self.method == "mlcl" else 1)
 
+    @property
+    def copied_views(self) -> bool:
+        """Whether a matrix's views are plain copies (several views, no augmentation, no dropout): their outputs are
+        the same, so `train_rpm` computes one and repeats it (`repeat_views`): the same loss and gradients, and
+        about half the work."""
+        return self.n_views > 1 and not self.augment and self.aux_dropout == 0
+
+def repeat_views(out: dict, views: int) -> dict:
+    "A solver's outputs for one view of each matrix as `views` adjacent identical views (what `rpm_loss` reads)."
+    return out if views == 1 else {k: t.repeat_interleave(views, 0) for k, t in out.items()}
+
 def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
     return {"aux_dense": 9, "aux_sparse": 40, "mlcl": 40}.get(method, 0)
@@ -342,10 +354,11 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
         patch=config.patch,
         aux_dropout=config.aux_dropout,
     )
+    copies = config.n_views if config.copied_views else 1      # identical views: computed once, then repeated
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
-                     views=config.n_views, shuffle_answers=config.shuffle_answers)
-    loss_of = lambda parts: (lambda out, b: rpm_loss(out, b, config, parts))
+                     views=config.n_views // copies, shuffle_answers=config.shuffle_answers)
+    loss_of = lambda parts: (lambda out, b: rpm_loss(repeat_views(out, copies), b, config, parts))
     phases = mlcl_phases(config.epochs, loss_of) if config.three_phase else None
     learn = make_learner(
         model,
