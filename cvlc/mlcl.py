@@ -175,6 +175,7 @@ class RPMTrainConfig:
     method: str = "ce"                  # one of METHODS
     beta: float = 1.0                   # weight of the auxiliary loss (Eq. 4, 9)
     temperature: float = 0.07           # tau of MLCL (Eq. 7-8; the slides give none, the authors' code 0.07)
+    mlc_weight: float = 1.0             # weight of L_mlc in the sum (the slides: 1; the authors' contrastive_loss_scaling)
     views: int | None = None            # views of each matrix in its batch (the slides' 2N); None: 2 for MLCL, else 1
     wrong_negatives: bool = True        # MLCL: the 7 wrong completions of every matrix as negatives (Eq. 8)
     three_phase: bool = False           # MLCL: contrastive pre-training, then psi alone, then fine-tuning with CE
@@ -195,7 +196,8 @@ class RPMTrainConfig:
         if self.method not in METHODS: raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.three_phase and self.method != "mlcl":
             raise ValueError("three_phase is a schedule of the 'mlcl' method")
-        if self.beta < 0 or self.temperature <= 0: raise ValueError("beta must be >= 0 and temperature > 0")
+        if self.beta < 0 or self.mlc_weight < 0 or self.temperature <= 0:
+            raise ValueError("beta and mlc_weight must be >= 0 and temperature > 0")
         if not 0 <= self.aux_dropout < 1: raise ValueError(f"aux_dropout must be in [0, 1), got {self.aux_dropout}")
         if self.views is not None and (not isinstance(self.views, int) or self.views < 1):
             raise ValueError(f"views must be None or an int >= 1, got {self.views!r}")
@@ -236,7 +238,8 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
         loss = loss + config.beta * F.binary_cross_entropy_with_logits(out["aux"], each(rules).float())
     if "mlc" in parts and m == "mlcl":
         z = out["z"].reshape(b, v, *out["z"].shape[1:])
-        loss = loss + mlcl_loss(z, batch["target"], batch["sparse"], config.temperature, config.wrong_negatives)
+        loss = loss + config.mlc_weight * mlcl_loss(z, batch["target"], batch["sparse"], config.temperature,
+                                                    config.wrong_negatives)
     return loss
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e036
