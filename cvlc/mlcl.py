@@ -175,7 +175,7 @@ class RPMTrainConfig:
     method: str = "ce"                  # one of METHODS
     beta: float = 1.0                   # weight of the auxiliary loss (Eq. 4, 9)
     temperature: float = 0.07           # tau of MLCL (Eq. 7-8; the slides give none, the authors' code 0.07)
-    mlc_weight: float = 1.0             # weight of L_mlc in the sum (the slides: 1; the authors' contrastive_loss_scaling)
+    mlc_weight: float = 1.0             # weight of L_mlc in the sum (slides: 1; the authors' contrastive_loss_scaling)
     views: int | None = None            # views of each matrix in its batch (the slides' 2N); None: 2 for MLCL, else 1
     wrong_negatives: bool = True        # MLCL: the 7 wrong completions of every matrix as negatives (Eq. 8)
     three_phase: bool = False           # MLCL: contrastive pre-training, then psi alone, then fine-tuning with CE
