@@ -225,8 +225,9 @@ def aux_bits(method: str) -> int:
     return {"aux_dense": 9, "aux_sparse": 40, "mlcl": 40}.get(method, 0)
 
 def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str] = ("ce", "aux", "mlc")) -> Tensor:
-    """The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ MLCL); `parts` keeps a subset (for the
-    three phases). With V views of each matrix (`rpm_batches(views=V)`), the outputs hold V rows per label row."""
+    """The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ mlc_weight x MLCL); `parts` keeps a
+    subset (for the three phases). With V views of each matrix (`rpm_batches(views=V)`), the outputs hold V rows per
+    label row."""
     m, loss = config.method, out["scores"].new_zeros(())
     b, n = len(batch["target"]), len(out["scores"])
     if n % b: raise ValueError(f"{n} output rows for {b} matrices: expected a whole number of views of each")
