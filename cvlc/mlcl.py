@@ -217,8 +217,9 @@ class RPMTrainConfig:
         return self.n_views > 1 and not self.augment and self.aux_dropout == 0
 
 def repeat_views(out: dict, views: int) -> dict:
-    "A solver's outputs for one view of each matrix as `views` adjacent identical views (what `rpm_loss` reads)."
-    return out if views == 1 else {k: t.repeat_interleave(views, 0) for k, t in out.items()}
+    """A solver's outputs for one view of each matrix as `views` adjacent identical views, of the outputs `rpm_loss`
+    reads (scores, aux, z; not h)."""
+    return out if views == 1 else {k: t.repeat_interleave(views, 0) for k, t in out.items() if k != "h"}
 
 def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
@@ -237,7 +238,7 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     if "aux" in parts and m != "ce":
         rules = batch["dense"] if m == "aux_dense" else batch["sparse"]
         loss = loss + config.beta * F.binary_cross_entropy_with_logits(out["aux"], each(rules).float())
-    if "mlc" in parts and m == "mlcl":
+    if "mlc" in parts and m == "mlcl" and config.mlc_weight:
         z = out["z"].reshape(b, v, *out["z"].shape[1:])
         loss = loss + config.mlc_weight * mlcl_loss(z, batch["target"], batch["sparse"], config.temperature,
                                                     config.wrong_negatives)

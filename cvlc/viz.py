@@ -153,14 +153,19 @@ def training_curves(
     title: str | None = None,
     logy: bool = False,
     ax=None,
+    each: bool = False,
 ) -> Figure:
-    "Mean +- one standard deviation over seeds of each method's curve: {method: [(steps, values) per seed]}."
+    """Mean +- one standard deviation over seeds of each method's curve: {method: [(steps, values) per seed]}.
+    `each` also draws every seed's own curve, thin, in its method's colour: a seed that stalls shows instead of
+    being averaged into the band."""
     if not curves: raise ValueError("no curve to draw")
     fig, ax = (plt.subplots(figsize=(6, 3.6)) if ax is None else (ax.figure, ax))
     for k, (name, runs) in enumerate(curves.items()):
         runs = [(np.asarray(s), np.asarray(v)) for s, v in runs if len(s)]
         if not runs: continue
         grid, m, sd = _mean_std(runs)
+        for s, v in runs if each else ():
+            ax.plot(s, v, color=f"C{k}", lw=0.6, alpha=0.6)
         ax.plot(grid, m, color=f"C{k}", label=f"{name} (n={len(runs)})", lw=1.5)
         if len(runs) > 1: ax.fill_between(grid, m - sd, m + sd, color=f"C{k}", alpha=0.2, lw=0)
     ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.legend(fontsize=8)
