@@ -164,8 +164,8 @@ def training_curves(
         runs = [(np.asarray(s), np.asarray(v)) for s, v in runs if len(s)]
         if not runs: continue
         grid, m, sd = _mean_std(runs)
-        for s, v in runs if each else ():
-            ax.plot(s, v, color=f"C{k}", lw=0.6, alpha=0.6)
+        if each:
+            for s, v in runs: ax.plot(s, v, color=f"C{k}", lw=0.6, alpha=0.6)
         ax.plot(grid, m, color=f"C{k}", label=f"{name} (n={len(runs)})", lw=1.5)
         if len(runs) > 1: ax.fill_between(grid, m - sd, m + sd, color=f"C{k}", alpha=0.2, lw=0)
     ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.legend(fontsize=8)
