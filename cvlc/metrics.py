@@ -9,8 +9,8 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
-           'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'published_runs',
-           'variants_table']
+           'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
+           'published_runs', 'variants_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -563,8 +563,12 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
 _MARK = {"holds": "yes", "does not hold": "no", "within the seeds' spread": "spread",
          "direction only, one seed": "1 seed"}                                     # a verdict in a table cell
 
+def run_params(rec: dict) -> dict:
+    "The chapter parameters a published run set (`cvlc run -p NAME VALUE`): {} for the chapter's own run."
+    return rec["provenance"].get("params") or {}
+
 def _variant_label(rec: dict) -> str:
-    params = rec["provenance"].get("params") or {}
+    params = run_params(rec)
     return ", ".join(f"{k} = {v}" for k, v in sorted(params.items())) or rec["folder"].name
 
 def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[str] | None = None,
@@ -576,7 +580,7 @@ def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[st
     own = load_published(chapter, profile, root)
     return ([("as published", own)] if own else []) + [
         (_variant_label(v), v) for v in load_variants(chapter, root) if v["folder"].parent.name == profile
-        and (names is None or set(v["provenance"].get("params") or {}) <= names)]
+        and (names is None or set(run_params(v)) <= names)]
 
 def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
     """Markdown: what else was tried. Per profile with published variants, one column for the chapter's own published
