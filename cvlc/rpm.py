@@ -6,12 +6,13 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 
 # %% auto #0
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
-           'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'LAYOUT_RULES', 'PERSISTENT_LAYOUTS',
-           'RAVEN_FOLDERS', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic', 'fits_int', 'fits_set',
-           'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'RPMConfig', 'Puzzle', 'noise_attrs',
-           'sample_puzzle', 'answer_set', 'render_panels', 'render_panel', 'render_puzzle', 'meta_matrix',
-           'meta_target', 'sparse_from_meta_matrix', 'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy',
-           'has_position_rule', 'augment', 'shuffle_answers']
+           'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'ENCLOSING_MIN_SIZE', 'LAYOUT_RULES',
+           'PERSISTENT_LAYOUTS', 'RAVEN_FOLDERS', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic',
+           'fits_int', 'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'encloses',
+           'fitting_configurations', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle', 'answer_set',
+           'render_panels', 'render_panel', 'render_puzzle', 'meta_matrix', 'meta_target', 'sparse_from_meta_matrix',
+           'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'has_position_rule', 'augment',
+           'shuffle_answers']
 
 # %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
@@ -208,6 +209,21 @@ def consistent(panel: Sequence[CompState], preds: dict) -> bool:
     return all(_observed(panel, key) in vals for key, vals in preds.items())
 
 # %% ../nbs/03_rpm.ipynb #c7feb6c1
+ENCLOSING_MIN_SIZE = 3   # an enclosing shape (the outer component of out_in_*) is large: Size level 3 or more (RAVEN)
+
+def encloses(configuration: str) -> bool:
+    "Whether a configuration draws its shapes inside an enclosing one (out_in_center, out_in_grid)."
+    return any(kind == "out" for kind, _ in LAYOUTS[configuration])
+
+def fitting_configurations(configurations: Sequence[str], value_ranges: dict | None = None,
+                           value_sets: dict | None = None) -> tuple[str, ...]:
+    """Those of `configurations` whose shapes the allowed Size levels can draw: an enclosing shape needs a level of
+    ENCLOSING_MIN_SIZE or more, which a low `value_ranges` or `value_sets` entry for Size may leave out."""
+    if value_sets and "Size" in value_sets: sizes = value_sets["Size"]
+    else: sizes = range((value_ranges or {}).get("Size", (0, DOMAIN["Size"] - 1))[1] + 1)
+    large = any(v >= ENCLOSING_MIN_SIZE for v in sizes)
+    return tuple(c for c in configurations if large or not encloses(c))
+
 @dataclass
 class RPMConfig:
     "Generation settings; the split options make generalisation regimes."
@@ -249,6 +265,11 @@ class RPMConfig:
                     f"{DOMAIN.get(a, '?')}), got {levels}"
                 )
             if a in self.value_ranges: raise ValueError(f"{a} has both a value range and a value set; give one")
+        unfit = [c for c in self.configurations
+                 if c not in fitting_configurations(self.configurations, self.value_ranges, self.value_sets)]
+        if unfit:
+            raise ValueError(f"{unfit} draw an enclosing shape of Size level {ENCLOSING_MIN_SIZE} or more, which the "
+                             "allowed Size levels leave out: leave them out (cvlc.rpm.fitting_configurations)")
         self.value_sets = {a: tuple(v) for a, v in self.value_sets.items()}
         if self.supersample not in (1, 2, 4): raise ValueError(f"supersample must be 1, 2 or 4, got {self.supersample}")
         if isinstance(self.uniformity, bool) or not 0 <= self.uniformity <= 1:
@@ -300,9 +321,9 @@ def _attr_range(attr: str, kind: str, cfg: RPMConfig, n_slots: int) -> tuple[int
     if attr == "Position": return 0, n_slots - 1
     if attr in cfg.value_sets:   # the rules act on the indices of the allowed levels; `_to_levels` maps them back
         levels = cfg.value_sets[attr]
-        return (sum(v < 3 for v in levels) if kind == "out" and attr == "Size" else 0), len(levels) - 1
+        return (sum(v < ENCLOSING_MIN_SIZE for v in levels) if kind == "out" and attr == "Size" else 0), len(levels) - 1
     lo, hi = cfg.value_ranges.get(attr, (0, DOMAIN[attr] - 1))
-    if kind == "out" and attr == "Size": lo = max(lo, 3)   # a large enclosing shape (of any type, as in RAVEN)
+    if kind == "out" and attr == "Size": lo = max(lo, ENCLOSING_MIN_SIZE)   # a large enclosing shape, any type
     return lo, hi
 
 def _to_levels(panel: list[CompState], sets: dict) -> list[CompState]:
