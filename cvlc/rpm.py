@@ -265,8 +265,8 @@ class RPMConfig:
                     f"{DOMAIN.get(a, '?')}), got {levels}"
                 )
             if a in self.value_ranges: raise ValueError(f"{a} has both a value range and a value set; give one")
-        unfit = [c for c in self.configurations
-                 if c not in fitting_configurations(self.configurations, self.value_ranges, self.value_sets)]
+        fit = fitting_configurations(self.configurations, self.value_ranges, self.value_sets)
+        unfit = [c for c in self.configurations if c not in fit]
         if unfit:
             raise ValueError(f"{unfit} draw an enclosing shape of Size level {ENCLOSING_MIN_SIZE} or more, which the "
                              "allowed Size levels leave out: leave them out (cvlc.rpm.fitting_configurations)")
