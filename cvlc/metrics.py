@@ -567,9 +567,15 @@ def run_params(rec: dict) -> dict:
     "The chapter parameters a published run set (`cvlc run -p NAME VALUE`): {} for the chapter's own run."
     return rec["provenance"].get("params") or {}
 
+def _value_text(v) -> str:
+    "A parameter's value as a label shows it: lists and dicts without the quotes of their strings."
+    if isinstance(v, (list, tuple)): return "[" + ", ".join(map(_value_text, v)) + "]"
+    if isinstance(v, dict): return "{" + ", ".join(f"{k}: {_value_text(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
 def _variant_label(rec: dict) -> str:
     params = run_params(rec)
-    return ", ".join(f"{k} = {v}" for k, v in sorted(params.items())) or rec["folder"].name
+    return ", ".join(f"{k} = {_value_text(v)}" for k, v in sorted(params.items())) or rec["folder"].name
 
 def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[str] | None = None,
                    root: str | os.PathLike | None = None) -> list[tuple[str, dict]]:
