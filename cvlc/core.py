@@ -359,24 +359,26 @@ class UnitStore:
             made["model"] = build(); made["model"].load_state_dict(load_checkpoint(path)); made["model"].eval()
         return result, made.get("model")
 
-    def run_all(self, jobs, bar: bool = True, workers: int = 1) -> dict[str, list]:
-        """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar; results by row, in
-        the order of the jobs. `workers` > 1 computes the missing units that many at a time, each in a forked process
-        with `cpu_count // workers` torch threads (small CPU models train faster side by side than on shared threads);
-        where fork is missing or CUDA is already initialised here, the units run one by one."""
+    def run_all(self, jobs, bar: bool = True, workers: int = 1, prepare=None) -> dict[str, list]:
+        """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar over the missing
+        units; results by row, in the order of the jobs. `workers` > 1 computes the missing units that many at a time,
+        each in a forked process with `cpu_count // workers` torch threads (small CPU models train faster side by side
+        than on shared threads); where fork is missing or CUDA is already initialised here, the units run one by one.
+        `prepare()`, when given, is called once, here, before the first missing unit is computed, and never when every
+        unit is stored: the place to make what only training needs (a large data set), which forked workers inherit."""
         jobs = [(row, seed, fn, cfg[0] if cfg else None) for row, seed, fn, *cfg in jobs]
         if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
-        if workers > 1 and not _can_fork():
+        stored = [self._stored(row, seed, cfg) for row, seed, _, cfg in jobs]
+        results = [rec and rec["result"] for rec in stored]
+        todo = [i for i, rec in enumerate(stored) if rec is None]
+        if todo and prepare is not None: prepare()
+        if todo and workers > 1 and not _can_fork():
             if self.verbose: print("units: fork is unavailable or CUDA is initialised here; running units one by one")
             workers = 1
-        if workers == 1:
-            results = [self.run(*job) for job in maybe_progress(jobs, show=bar)]
-        else:
-            stored = [self._stored(row, seed, cfg) for row, seed, _, cfg in jobs]
-            results = [rec and rec["result"] for rec in stored]
-            todo = [i for i, rec in enumerate(stored) if rec is None]
-            for i, result in _forked(self, jobs, todo, workers, bar):
-                results[i] = result; self.computed.append(jobs[i][:2]); self.made[jobs[i][:2]] = self.device
+        computed = (((i, self._compute(*jobs[i])) for i in maybe_progress(todo, show=bar)) if workers == 1
+                    else _forked(self, jobs, todo, workers, bar))
+        for i, result in computed:
+            results[i] = result; self.computed.append(jobs[i][:2]); self.made[jobs[i][:2]] = self.device
         out: dict[str, list] = {}
         for (row, *_), result in zip(jobs, results): out.setdefault(row, []).append(result)
         return out
