@@ -6,8 +6,8 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
-           'RPMSolver', 'mlcl_loss', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rpm_loss', 'rpm_batches',
-           'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm',
+           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rpm_loss',
+           'rpm_batches', 'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm',
            'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .core import seed_everything
-from .losses import multilabel_supcon
+from .losses import contrastive, multilabel_supcon
 from .models import ProjectionHead
 from .data import RavenSet, load_raven
 from .rpm import Puzzle, augment, shuffle_answers as shuffle_answers_
@@ -151,19 +151,39 @@ class RPMSolver(nn.Module):
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e028
 def mlcl_loss(
-    z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.07, wrong_negatives: bool = True
+    z: Tensor, target: Tensor, rules: Tensor, temperature: float = 0.07, wrong_negatives: bool = True,
+    two_shifts: bool = False
 ) -> Tensor:
     """MLCL (Eq. 5-8): anchors are the correct completions z[b, v, target[b]] of every view v of every matrix b,
     positives share a rule (multi-hot `rules`; another view of the same matrix shares them all), and the 7 wrong
-    completions of every view of every matrix join every denominator. z: (batch, 8, d) or (batch, views, 8, d)."""
+    completions of every view of every matrix join every denominator. z: (batch, 8, d) or (batch, views, 8, d).
+    `two_shifts`: the denominator as the authors' code computes it (`two_shift_mlcl`)."""
     if z.ndim == 3: z = z[:, None]
     if z.ndim != 4 or z.shape[2] != 8:
         raise ValueError(f"z must be (batch, 8, d) or (batch, views, 8, d), got shape {tuple(z.shape)}")
     b, v, _, d = z.shape
     if target.shape != (b,): raise ValueError(f"target must be ({b},), got shape {tuple(target.shape)}")
+    if two_shifts and not wrong_negatives: raise ValueError("two_shifts weighs the wrong completions: it needs them")
     right = F.one_hot(target.long(), 8).bool()[:, None].expand(b, v, 8)
     wrong = z[~right].reshape(-1, d) if wrong_negatives else None
+    if two_shifts: return two_shift_mlcl(z[right].reshape(b, v, d), wrong, rules, temperature)
     return multilabel_supcon(z[right].reshape(b, v, d), rules, extra_negatives=wrong, temperature=temperature)
+
+def two_shift_mlcl(anchors: Tensor, wrong: Tensor, rules: Tensor, temperature: float = 0.07) -> Tensor:
+    """Eq. 5-8 with the authors' denominator: the logits of the correct completions are shifted by their row maximum
+    (the anchor's own, 1/tau) and those of the wrong completions by theirs before the two sums are added, so against
+    Eq. 8 each wrong completion's term is weighed by exp((1 - max_l cos(z_i, z'_l)) / tau), a constant to the
+    gradient. anchors: (batch, views, d); wrong: (n, d)."""
+    b, v, d = anchors.shape
+    dt = torch.promote_types(anchors.dtype, torch.float32)
+    a = F.normalize(anchors.transpose(0, 1).reshape(-1, d).to(dt), dim=-1)     # view-major, as multilabel_supcon
+    own, neg = a @ a.T / temperature, a @ F.normalize(wrong.to(dt), dim=-1).T / temperature
+    shift = (own.amax(1, keepdim=True) - neg.amax(1, keepdim=True)).detach()
+    labels = rules.to(dt).repeat(v, 1)
+    not_self = ~torch.eye(len(a), dtype=torch.bool, device=a.device)
+    pos = (labels @ labels.T > 0) & not_self
+    extra = not_self.new_ones(len(a), len(wrong))
+    return contrastive(torch.cat([own, neg + shift], 1), torch.cat([pos, ~extra], 1), torch.cat([not_self, extra], 1))
 
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e033
@@ -178,6 +198,7 @@ class RPMTrainConfig:
     mlc_weight: float = 1.0             # weight of L_mlc in the sum (slides: 1; the authors' contrastive_loss_scaling)
     views: int | None = None            # views of each matrix in its batch (the slides' 2N); None: 2 for MLCL, else 1
     wrong_negatives: bool = True        # MLCL: the 7 wrong completions of every matrix as negatives (Eq. 8)
+    two_shifts: bool = False            # MLCL: Eq. 8's denominator as the authors' code computes it (`two_shift_mlcl`)
     three_phase: bool = False           # MLCL: contrastive pre-training, then psi alone, then fine-tuning with CE
     augment: bool = False               # one random flip / rotation / transpose on all 16 panels of a matrix
     shuffle_answers: bool = False       # a new order of the 8 candidates each time a matrix is served (the authors)
@@ -196,6 +217,8 @@ class RPMTrainConfig:
         if self.method not in METHODS: raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.three_phase and self.method != "mlcl":
             raise ValueError("three_phase is a schedule of the 'mlcl' method")
+        if self.two_shifts and not self.wrong_negatives:
+            raise ValueError("two_shifts weighs the wrong completions: it needs wrong_negatives")
         if self.beta < 0 or self.mlc_weight < 0 or self.temperature <= 0:
             raise ValueError("beta and mlc_weight must be >= 0 and temperature > 0")
         if not 0 <= self.aux_dropout < 1: raise ValueError(f"aux_dropout must be in [0, 1), got {self.aux_dropout}")
@@ -241,7 +264,7 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     if "mlc" in parts and m == "mlcl" and config.mlc_weight:
         z = out["z"].reshape(b, v, *out["z"].shape[1:])
         loss = loss + config.mlc_weight * mlcl_loss(z, batch["target"], batch["sparse"], config.temperature,
-                                                    config.wrong_negatives)
+                                                    config.wrong_negatives, config.two_shifts)
     return loss
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e036
