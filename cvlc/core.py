@@ -264,18 +264,30 @@ def _config_key(config: Any) -> Any:
     if isinstance(config, (list, tuple)): return type(config)(_config_key(v) for v in config)
     return config
 
-def device_name(device: str | torch.device | None = None) -> str:
-    "A readable name of the device a run uses: the GPU's model, or the CPU's model and core count."
-    device = torch.device(device) if device is not None else default_device()
-    if device.type == "cuda": return torch.cuda.get_device_name(device)
+def _cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers when /proc/cpuinfo has them (a virtual machine may name
+    only the vendor's line: the numbers still tell one generation from another)."""
     import platform
-    model = platform.processor() or platform.machine()
+    info = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"): model = line.split(":", 1)[1].strip(); break
+            k, _, v = line.partition(":")
+            if k.strip() in ("model name", "cpu family", "model"): info.setdefault(k.strip(), v.strip())
+            if not line.strip() and info: break                        # the first processor's block is enough
     except OSError: pass
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info and "model" in info: name += f", family {info['cpu family']} model {info['model']}"
+    return name
+
+def device_name(device: str | torch.device | None = None) -> str:
+    """A readable name of the device a run uses: the GPU's model; or the CPU's model, the vector instructions torch's
+    kernels use on it (AVX2, AVX512: they change the last bits of a float sum, so the runs of two CPUs can drift
+    apart) and its core count."""
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda": return torch.cuda.get_device_name(device)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{device.type} ({model}, {cores} cores)"
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: None)()
+    return f"{device.type} ({_cpu_model()}{f', {capability}' if capability else ''}, {cores} cores)"
 
 
 # %% ../nbs/00_core.ipynb #u0n1t5c2
