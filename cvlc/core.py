@@ -289,7 +289,6 @@ def device_name(device: str | torch.device | None = None) -> str:
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: None)()
     return f"{device.type} ({_cpu_model()}{f', {capability}' if capability else ''}, {cores} cores)"
 
-
 # %% ../nbs/00_core.ipynb #u0n1t5c2
 class UnitStore:
     """The finished units (row x seed) of a chapter's experiment, one JSON file each in `folder` (default
