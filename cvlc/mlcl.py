@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['METHODS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
            'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rpm_loss',
-           'rpm_batches', 'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm',
-           'random_candidates']
+           'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases',
+           'train_rpm', 'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -311,14 +311,16 @@ def rpm_batches(
     return DataLoader(range(n), batch_size, shuffle=shuffle, drop_last=shuffle, collate_fn=collate, generator=gen)
 
 @torch.no_grad()
+def rpm_picks(model: nn.Module, images: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    "The candidate a solver picks for each matrix, its highest-scoring one: (n,) int64 (leaves the model in eval mode)."
+    model.eval()
+    dev = next(model.parameters()).device
+    return np.concatenate([model(torch.from_numpy(images[s : s + batch_size]).to(dev))["scores"].argmax(1).cpu().numpy()
+                           for s in range(0, len(images), batch_size)] or [np.zeros(0, np.int64)])
+
 def rpm_accuracy(model: nn.Module, images: np.ndarray, target: np.ndarray, batch_size: int = 256) -> float:
     "Share of matrices whose highest-scoring candidate is the right one."
-    model.eval()
-    dev, hits = next(model.parameters()).device, 0
-    for s in range(0, len(images), batch_size):
-        scores = model(torch.from_numpy(images[s : s + batch_size]).to(dev))["scores"]
-        hits += int((scores.argmax(1).cpu() == torch.as_tensor(target[s : s + batch_size])).sum())
-    return hits / len(images)
+    return float(np.mean(rpm_picks(model, images, batch_size) == np.asarray(target)))
 
 def rule_source(data) -> Sequence:
     """What augmentation reads the Position rules from: the symbolic puzzles of an `RPMSet` (or a dict's 'puzzles'), or

@@ -11,8 +11,8 @@ __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTIT
            'fits_int', 'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'encloses',
            'fitting_configurations', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle', 'answer_set',
            'render_panels', 'render_panel', 'render_puzzle', 'meta_matrix', 'meta_target', 'sparse_from_meta_matrix',
-           'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'has_position_rule', 'augment',
-           'shuffle_answers']
+           'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'answer_differences', 'errors_by_difference',
+           'has_position_rule', 'augment', 'shuffle_answers']
 
 # %% ../nbs/03_rpm.ipynb #4749edda
 import collections, itertools, json, math, os, time
@@ -808,18 +808,34 @@ def make_rpm(
                   np.stack([sparse_rules(p) for p in puzzles]), puzzles, cfg, seed)
 
 # %% ../nbs/03_rpm.ipynb #f5d86546
+def _look(s: CompState, attr: str):
+    "What a panel shows of one attribute of a component: its value, or its entities' levels (sorted) when they differ."
+    return tuple(sorted(s.entity_values(attr))) if s.entities and attr in ENTITY_ATTRS else _key(s.value(attr))
+
 def context_blind_accuracy(rs: RPMSet, seed: int = 0) -> float:
     "Accuracy of picking, from the candidates alone, the one that shares the most frequent value of every attribute."
     rng = np.random.default_rng(seed)
     hits = 0
     for p in rs.puzzles:
-        look = lambda x, a: tuple(sorted(x.entity_values(a))) if x.entities and a in ENTITY_ATTRS else _key(x.value(a))
-        feats = [[(c, a, look(s[c], a)) for c in range(len(s)) for a in ATTRIBUTES] for s in p.candidates]
+        feats = [[(c, a, _look(s[c], a)) for c in range(len(s)) for a in ATTRIBUTES] for s in p.candidates]
         freq = collections.Counter(f for fs in feats for f in fs)
         score = np.array([sum(freq[f] for f in fs) for fs in feats], float)
         best = np.flatnonzero(score == score.max())
         hits += int(rng.choice(best) == p.target)
     return hits / len(rs)
+
+# %% ../nbs/03_rpm.ipynb #d1ffa7e2
+def answer_differences(p: Puzzle, k: int) -> tuple[str, ...]:
+    "The attributes (in `ATTRIBUTES`' order) in which candidate k of puzzle p differs from its answer, any component."
+    a, b = p.candidates[p.target], p.candidates[k]
+    return tuple(attr for attr in ATTRIBUTES if any(_look(x, attr) != _look(y, attr) for x, y in zip(a, b)))
+
+def errors_by_difference(puzzles: Sequence[Puzzle], picks: Sequence[int]) -> dict[str, int]:
+    """A solver's wrong picks (`picks[i]`: the candidate it chose for puzzle i) counted by the attributes that tell
+    each from the answer, e.g. {'Type': 12, 'Size+Color': 3}; right picks are not counted."""
+    if len(puzzles) != len(picks): raise ValueError(f"{len(puzzles)} puzzles but {len(picks)} picks")
+    kinds = ("+".join(answer_differences(p, int(k))) or "none" for p, k in zip(puzzles, picks) if int(k) != p.target)
+    return dict(collections.Counter(kinds))
 
 # %% ../nbs/03_rpm.ipynb #4751f154
 TRANSFORMS = ("identity", "hflip", "vflip", "rot90", "rot180", "rot270", "transpose")
