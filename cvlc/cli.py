@@ -138,11 +138,12 @@ def _signal_kernels(sig: int) -> None:
             else: child.send_signal(sig)
         except (ProcessLookupError, psutil.NoSuchProcess): pass
 
-def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
+def _interruptible(fn: Callable[[], Any], grace: float = 10.0, tick: Callable[[], None] | None = None) -> Any:
     """Call `fn` in a worker thread so that Ctrl-C reaches this one: on KeyboardInterrupt the kernels get SIGINT (the
     running cell stops), then SIGKILL after `grace` seconds, and the interrupt is raised here.
     (papermill's kernel runs in a session of its own, which the terminal's SIGINT does not reach, and nbclient takes
-    SIGINT in the main thread without stopping the kernel; a chapter would otherwise run to its end.)"""
+    SIGINT in the main thread without stopping the kernel; a chapter would otherwise run to its end.)
+    `tick()`, when given, is called here about five times a second while `fn` runs."""
     box: dict[str, Any] = {}
     def work():
         try: box["value"] = fn()
@@ -153,7 +154,9 @@ def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
     old = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
     worker.start()
     try:
-        while worker.is_alive(): worker.join(0.2)
+        while worker.is_alive():
+            worker.join(0.2)
+            if tick is not None: tick()
     except KeyboardInterrupt:
         _signal_kernels(signal.SIGINT)
         worker.join(grace)
@@ -164,9 +167,46 @@ def _interruptible(fn: Callable[[], Any], grace: float = 10.0) -> Any:
     if "error" in box: raise box["error"]
     return box.get("value")
 
+def _duration(seconds: float) -> str:
+    "A readable length of time: '42 s', '6 min', '1 h 37 min'."
+    s = round(seconds); m = s // 60
+    return f"{s} s" if m == 0 else f"{m} min" if m < 60 else f"{m // 60} h {m % 60} min"
+
+class _UnitWatch:
+    """The units a chapter finishes while it runs, read from the records its `UnitStore` writes into `<out>/units/`
+    (each written whole, by an atomic rename): `lines()` says those that appeared or were rewritten since the last
+    look, one line each, at most every `every` seconds; the records there when the watch began are not said."""
+    def __init__(self, out: str | os.PathLike, every: float = 1.0):
+        self.units, self.every = Path(out) / "units", every
+        self.t0 = self.looked = time.monotonic()
+        self.seen, self.count = self._stamps(), 0
+
+    def _stamps(self) -> dict[str, int]:
+        stamps = {}
+        for p in self.units.glob("*.json"):
+            try: stamps[p.name] = p.stat().st_mtime_ns
+            except OSError: pass                                   # gone between the listing and the look
+        return stamps
+
+    def lines(self, now: bool = False) -> list[str]:
+        "A line for each unit finished since the last look; [] until `every` seconds have passed, unless `now`."
+        if not now and time.monotonic() - self.looked < self.every: return []
+        self.looked, stamps = time.monotonic(), self._stamps()
+        new = sorted((t, name) for name, t in stamps.items() if self.seen.get(name) != t)
+        self.seen, out = stamps, []
+        for _, name in new:
+            try: rec = json.loads((self.units / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError): continue
+            self.count += 1
+            out.append(f"  unit {self.count}: {rec.get('row')} (seed {rec.get('seed')}) in "
+                       f"{_duration(rec.get('seconds') or 0)}, {_duration(self.looked - self.t0)} into the run")
+        return out
+
 def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] | None = None,
-                out: str | os.PathLike | None = None) -> dict[str, Any]:
-    "Execute `chapter` with papermill at `profile` into `out`; return its `metrics.json` as a dict."
+                out: str | os.PathLike | None = None, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Execute `chapter` with papermill at `profile` into `out`; return its `metrics.json` as a dict. `echo`, when
+    given, gets a line for each unit (row x seed) the chapter finishes and stores while it runs (a long run shows it
+    moves); units reused from an earlier run in `out` are not said."""
     papermill = _papermill()
     if profile not in PROFILES + ("auto",):
         raise CliError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)} or 'auto'")
@@ -182,12 +222,16 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
     try: out.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise CliError(f"cannot use {out} as the output folder: {e.strerror or e}") from None
     executed = out / f"{chapter.name}.ipynb"
+    watch = _UnitWatch(out) if echo is not None else None
+    def say_units(now: bool = False):
+        for line in watch.lines(now): echo(line)
     with _kernel_env(CVLC_OUT=str(out.resolve()), MPLBACKEND=INLINE_BACKEND):
         try:
             _interruptible(lambda: papermill.execute_notebook(
                 str(chapter.path), str(executed), parameters={"PROFILE": profile, **params},
                 cwd=str(chapter.path.parent), progress_bar=False, kernel_name=KERNEL,
-                extra_arguments=["--IPKernelApp.log_level=ERROR"]))          # no transport chatter per chapter
+                extra_arguments=["--IPKernelApp.log_level=ERROR"]),          # no transport chatter per chapter
+                tick=say_units if watch else None)
         except papermill.PapermillExecutionError as e:
             raise ChapterFailed(f"{chapter.name} failed at In [{e.exec_count}]: {e.ename}: {e.evalue}\n"
                                 f"  open {executed} to see where") from None
@@ -197,6 +241,8 @@ def run_chapter(chapter: Chapter, profile: str = "demo", params: dict[str, Any] 
                     "no Jupyter kernel 'python3' to run chapters in: pip install 'cvlc[cli]' (it brings ipykernel)"
                 ) from None
             raise
+        finally:
+            if watch: say_units(now=True)                          # what finished since the last look
     mfile = out / "metrics.json"
     if not mfile.is_file(): raise ChapterFailed(f"{chapter.name} ran but wrote no metrics.json into {out}")
     return json.loads(mfile.read_text())
@@ -424,14 +470,18 @@ def _run(args) -> int:
             # checked again as the chapter starts: its record names the commit whose code it runs
             prov = {**provenance(ch.name, args.profile, ch.path.parent, *_code_paths(ch), command=command),
                     "commit": check_publishable(ch)} if args.publish else {}
+            said = []
+            def echo(line: str):                               # the chapter's line waits for its status: units go below
+                if not said: print(flush=True)
+                said.append(line); print(line, flush=True)
             try:
-                m = run_chapter(ch, args.profile, params if len(picked) == 1 else {}, folder)
+                m = run_chapter(ch, args.profile, params if len(picked) == 1 else {}, folder, echo=echo)
                 status = "ok"
             except ChapterFailed as e:
                 m, status, failed = {}, "FAILED", failed + 1
                 print(f"\n  {e}", file=sys.stderr)
             secs = time.perf_counter() - t0
-            print(f"{status} in {secs:.1f}s", flush=True)
+            print(f"{f'  {ch.name} ' if said else ''}{status} in {secs:.1f}s", flush=True)
             if args.publish and status == "ok":
                 dest = publish(ch, folder, {**prov, "wall_seconds": round(secs, 1),
                                             "params": changed_params(ch, params) if len(picked) == 1 else {}})

@@ -1,7 +1,7 @@
 """A chapter's long run survives interruption: kill `cvlc run` (SIGKILL or SIGINT to its whole process group) once some
 units are finished, run the same command again into the same folder, and nothing finished is recomputed while the
 results equal those of an uninterrupted run."""
-import json, os, signal, subprocess, time
+import json, os, re, signal, subprocess, time
 
 import pytest
 
@@ -15,6 +15,16 @@ def _run(out, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
 
 
+def _said(log):
+    "The units a run said it finished while it ran (one line each), in order."
+    return re.findall(r"^  unit \d+: (.+) \(seed (\d+)\) in ", log, flags=re.M)
+
+
+def _records_of(files):
+    "(row, seed) of each unit record in `files` ({name: bytes})."
+    return [(r["row"], str(r["seed"])) for r in (json.loads(b) for b in files.values())]
+
+
 def _finished(units):
     return {p.name: p.read_bytes() for p in units.glob("*.json")} if units.is_dir() else {}
 
@@ -25,6 +35,8 @@ def uninterrupted(tmp_path_factory):
     p = _run(out)
     log, _ = p.communicate(timeout=900)
     assert p.returncode == 0, log
+    said = _said(log)                                         # each unit said once, as it finished
+    assert len(said) == UNITS and set(said) == set(_records_of(_finished(out / "units"))), log
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -49,6 +61,9 @@ def test_an_interrupted_run_resumes_without_recomputing(tmp_path, uninterrupted,
     assert again.returncode == 0, log
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["units_reused"], metrics["units_computed"]) == (len(done), UNITS - len(done)), log
+    said = _said(log)                                          # the computed units are said, the reused ones not
+    assert len(said) == UNITS - len(done), log
+    assert not set(said) & set(_records_of(done)), log
     for name, data in done.items():                            # nothing finished was computed (or written) again
         assert (out / "units" / name).read_bytes() == data, name
     assert metrics["claims"] == uninterrupted["claims"]
