@@ -28,7 +28,13 @@ def test_chapter_runs_at_smoke_and_writes_metrics(smoke_run, chapter):
     nb = json.loads((folder / f"{chapter.name}.ipynb").read_text())
     errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    assert re.search(rf"\[\d+/\d+\] {chapter.name} \.\.\. ok in [\d.]+s", log), "no progress line for the chapter"
+    # its progress line: "[i/n] name ... ok in 12.3s", or with the units it finished said below it
+    said = re.search(rf"\[\d+/\d+\] {chapter.name} \.\.\. (?:ok in [\d.]+s|\n((?:  unit \d+: [^\n]*\n)+)"
+                     rf"  {chapter.name} ok in [\d.]+s)", log)
+    assert said, "no progress line for the chapter"
+    units = folder / "units"
+    n = len(list(units.glob("*.json"))) if units.is_dir() else 0
+    assert (said[1] or "").count("  unit ") == n, f"{n} units stored, the progress lines say others"
 
 
 def _png_outputs(cell) -> int:
