@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .core import PROFILES, atomic_write_bytes, git_commit, provenance
+from .core import PROFILES, atomic_write_bytes, git_commit, provenance, units_dir
 
 # %% ../nbs/api/cli.ipynb #79e2040a
 class CliError(Exception):
@@ -177,7 +177,7 @@ class _UnitWatch:
     (each written whole, by an atomic rename): `lines()` says those that appeared or were rewritten since the last
     look, one line each, at most every `every` seconds; the records there when the watch began are not said."""
     def __init__(self, out: str | os.PathLike, every: float = 1.0):
-        self.units, self.every = Path(out) / "units", every
+        self.units, self.every = units_dir(out), every
         self.t0 = self.looked = time.monotonic()
         self.seen, self.count = self._stamps(), 0
 
@@ -470,10 +470,11 @@ def _run(args) -> int:
             # checked again as the chapter starts: its record names the commit whose code it runs
             prov = {**provenance(ch.name, args.profile, ch.path.parent, *_code_paths(ch), command=command),
                     "commit": check_publishable(ch)} if args.publish else {}
-            said = []
+            units_said = False
             def echo(line: str):                               # the chapter's line waits for its status: units go below
-                if not said: print(flush=True)
-                said.append(line); print(line, flush=True)
+                nonlocal units_said
+                if not units_said: print(flush=True)
+                units_said = True; print(line, flush=True)
             try:
                 m = run_chapter(ch, args.profile, params if len(picked) == 1 else {}, folder, echo=echo)
                 status = "ok"
@@ -481,7 +482,7 @@ def _run(args) -> int:
                 m, status, failed = {}, "FAILED", failed + 1
                 print(f"\n  {e}", file=sys.stderr)
             secs = time.perf_counter() - t0
-            print(f"{f'  {ch.name} ' if said else ''}{status} in {secs:.1f}s", flush=True)
+            print(f"{f'  {ch.name} ' if units_said else ''}{status} in {secs:.1f}s", flush=True)
             if args.publish and status == "ok":
                 dest = publish(ch, folder, {**prov, "wall_seconds": round(secs, 1),
                                             "params": changed_params(ch, params) if len(picked) == 1 else {}})

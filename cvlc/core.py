@@ -6,9 +6,9 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 
 # %% auto #0
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
-           'run_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError', 'save_checkpoint',
-           'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit', 'device_name',
-           'UnitStore', 'provenance']
+           'run_dir', 'units_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError',
+           'save_checkpoint', 'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit',
+           'device_name', 'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import hashlib, json, math, os, random, tempfile, time, warnings
@@ -98,6 +98,10 @@ def run_dir(chapter: str | None = None) -> Path:
     d = Path(env) if env else Path.cwd() / "runs" / "interactive" / (chapter or "scratch")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+def units_dir(run: str | os.PathLike) -> Path:
+    "The folder of a run's unit records: `<run folder>/units` (where `UnitStore` keeps them; `cvlc run` watches it)."
+    return Path(run) / "units"
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same folder and an atomic rename: readers never see half a
@@ -297,7 +301,7 @@ class UnitStore:
     def __init__(self, chapter: str, profile: str, folder: str | os.PathLike | None = None, code: str | None = None,
                  verbose: bool = True):
         self.chapter, self.profile, self.verbose = chapter, resolve_profile(profile), verbose
-        self.folder = Path(folder) if folder is not None else run_dir(chapter) / "units"
+        self.folder = Path(folder) if folder is not None else units_dir(run_dir(chapter))
         self.code = code or code_fingerprint(chapter)
         self.commit = git_commit()[0]
         self.reused, self.computed, self.ignored = [], [], []

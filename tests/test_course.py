@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, NBS, ROOT, chapters
+from cvlc.core import units_dir
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def test_chapter_runs_at_smoke_and_writes_metrics(smoke_run, chapter):
     said = re.search(rf"\[\d+/\d+\] {chapter.name} \.\.\. (?:ok in [\d.]+s|\n((?:  unit \d+: [^\n]*\n)+)"
                      rf"  {chapter.name} ok in [\d.]+s)", log)
     assert said, "no progress line for the chapter"
-    units = folder / "units"
+    units = units_dir(folder)
     n = len(list(units.glob("*.json"))) if units.is_dir() else 0
     assert (said[1] or "").count("  unit ") == n, f"{n} units stored, the progress lines say others"
 

@@ -6,6 +6,7 @@ import json, os, re, signal, subprocess, time
 import pytest
 
 from conftest import BIN, ROOT
+from cvlc.core import units_dir
 
 CHAPTER, UNITS = "10_simclr", 9          # 10_simclr at smoke: 3 rows of one seed, 6 ablations of one seed
 
@@ -36,7 +37,7 @@ def uninterrupted(tmp_path_factory):
     log, _ = p.communicate(timeout=900)
     assert p.returncode == 0, log
     said = _said(log)                                         # each unit said once, as it finished
-    assert len(said) == UNITS and set(said) == set(_records_of(_finished(out / "units"))), log
+    assert len(said) == UNITS and set(said) == set(_records_of(_finished(units_dir(out)))), log
     return json.loads((out / "metrics.json").read_text())
 
 
@@ -45,14 +46,14 @@ def test_an_interrupted_run_resumes_without_recomputing(tmp_path, uninterrupted,
     out = tmp_path / "run"
     p = _run(out)
     deadline = time.monotonic() + 600
-    while len(_finished(out / "units")) < 4:                 # the 4th unit is the first trained SimCLR encoder
+    while len(_finished(units_dir(out))) < 4:                 # the 4th unit is the first trained SimCLR encoder
         assert p.poll() is None, "the run ended before it could be interrupted"
         assert time.monotonic() < deadline, "no unit finished in 10 minutes"
         time.sleep(0.05)
     os.killpg(p.pid, sig)
     p.communicate(timeout=120)
     if sig == signal.SIGINT: assert p.returncode != 0
-    done = _finished(out / "units")
+    done = _finished(units_dir(out))
     assert 4 <= len(done) < UNITS, f"{len(done)} units finished before the kill"
     assert not (out / "metrics.json").exists(), "the killed run wrote its final metrics"
 
@@ -65,7 +66,7 @@ def test_an_interrupted_run_resumes_without_recomputing(tmp_path, uninterrupted,
     assert len(said) == UNITS - len(done), log
     assert not set(said) & set(_records_of(done)), log
     for name, data in done.items():                            # nothing finished was computed (or written) again
-        assert (out / "units" / name).read_bytes() == data, name
+        assert (units_dir(out) / name).read_bytes() == data, name
     assert metrics["claims"] == uninterrupted["claims"]
     same = [k for k in uninterrupted if k not in ("minutes", "units_reused", "units_computed")]
     assert {k: metrics[k] for k in same} == {k: uninterrupted[k] for k in same}
