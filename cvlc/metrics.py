@@ -17,7 +17,7 @@ import json, math, os, re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from collections import Counter, defaultdict
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -508,14 +508,16 @@ def budget_curve(claims_at: Mapping[float, Sequence]) -> dict[str, list]:
 
 # %% ../nbs/05_metrics.ipynb #bcurve05
 def claim_lines(claims: Sequence, curve: Mapping[str, Sequence] | None = None, at: str = "",
-                budget: str = "at {:g}") -> list[str]:
+                budget: str | Callable[[float], str] = "at {:g}") -> list[str]:
     """Markdown bullets, one per claim (`Claim`s or their dicts): statement, verdict, margin and spread (after `at`, the
     budget they were decided at, say "after 8 epochs: "), and the margin at the smallest budget of `curve`
-    (`budget_curve`), named by `budget` ("{:g}" the budget), where the claim has more than one point there."""
+    (`budget_curve`), named by `budget` ("{:g}" the budget, or a function of it: "after 1 epoch", "after 2 epochs"),
+    where the claim has more than one point there."""
+    def named(b: float) -> str: return budget(b) if callable(budget) else budget.format(b)
     lines = []
     for c in check_claims(list(claims)):
         pts = sorted((curve or {}).get(c.id, []))
-        first = f"; {budget.format(pts[0][0])}: {pts[0][1]:+.3f}" if len(pts) > 1 else ""
+        first = f"; {named(pts[0][0])}: {pts[0][1]:+.3f}" if len(pts) > 1 else ""
         lines.append(f"- **{c.statement}**: {c.verdict} ({at}margin {c.margin:+.3f}, spread {c.spread:.3f}{first}).")
     return lines
 
