@@ -26,10 +26,14 @@ reproduce: install
 	cvlc run all --profile paper --out runs/paper $(if $(PUBLISH),--publish)
 	$(if $(PUBLISH),python tools/build_docs.py --readme)
 
-## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs)
+## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs).
+## TEST_WORKERS run side by side, each with its share of the cores for torch and BLAS: thread pools larger than that
+## fight over the cores (10_simclr's smoke run beside one busy core: 171 s with 2 threads, 26 s with 1)
+TEST_WORKERS ?= 2
+test: export OMP_NUM_THREADS = $(shell python3 -c "import os; print(max(1, (os.cpu_count() or 1) // $(TEST_WORKERS)))")
 test: install
-	nbdev-test --n-workers 2 --timing
-	python -m pytest tests -n 2 --dist loadfile --durations=10
+	nbdev-test --n-workers $(TEST_WORKERS) --timing
+	python -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 ## the offline documentation site in _site/, with the outputs of the newest run in runs/ (make demo), else executed now
 docs: install
