@@ -11,7 +11,7 @@ __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_tes
            'device_name', 'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
-import hashlib, json, math, os, random, tempfile, time, warnings
+import contextlib, hashlib, json, math, os, random, tempfile, time, warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -236,11 +236,18 @@ def _can_fork() -> bool:
 
 _FORK_STATE: tuple | None = None    # (store, jobs, threads), read by the forked workers
 
+def _blas_threads(n: int):
+    """At most `n` threads in the BLAS and OpenMP pools of NumPy, SciPy and scikit-learn (a context; through
+    threadpoolctl, which scikit-learn brings; without it, nothing changes)."""
+    try: from threadpoolctl import threadpool_limits
+    except ImportError: return contextlib.nullcontext()
+    return threadpool_limits(n)
+
 def _forked_unit(i: int) -> tuple[int, Any]:
     store, jobs, threads = _FORK_STATE
     torch.set_num_threads(threads)
     row, seed, fn, cfg = jobs[i]
-    return i, store._compute(row, seed, fn, cfg)
+    with _blas_threads(threads): return i, store._compute(row, seed, fn, cfg)
 
 def _forked(store, jobs: list, todo: list[int], workers: int, bar: bool):
     "Compute the units `todo` (indices into `jobs`) in `workers` forked processes, one fresh process per unit."
@@ -377,8 +384,9 @@ class UnitStore:
     def run_all(self, jobs, bar: bool = True, workers: int = 1, prepare=None) -> dict[str, list]:
         """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar over the missing
         units; results by row, in the order of the jobs. `workers` > 1 computes the missing units that many at a time,
-        each in a forked process with `cpu_count // workers` torch threads (small CPU models train faster side by side
-        than on shared threads); where fork is missing or CUDA is already initialised here, the units run one by one.
+        each in a forked process with `cpu_count // workers` threads for torch and for BLAS (small CPU models train
+        faster side by side than on shared threads, and pools larger than a worker's share fight over the cores); where
+        fork is missing or CUDA is already initialised here, the units run one by one.
         `prepare()`, when given, is called once, here, before the first missing unit is computed, and never when every
         unit is stored: the place to make what only training needs (a large data set), which forked workers inherit."""
         jobs = [(row, seed, fn, cfg[0] if cfg else None) for row, seed, fn, *cfg in jobs]
