@@ -28,7 +28,8 @@ reproduce: install
 
 ## the whole test suite: library in sync with the notebooks, notebook tests, pytest (papermill smoke runs, CLI, docs).
 ## TEST_WORKERS run side by side, each with its share of the cores for torch and BLAS: thread pools larger than that
-## fight over the cores (10_simclr's smoke run beside one busy core: 171 s with 2 threads, 26 s with 1)
+## fight over the cores (10_simclr's smoke experiment beside a run holding both cores: 171 s with 2 torch threads,
+## 26 s with 1)
 TEST_WORKERS ?= 2
 test: export OMP_NUM_THREADS = $(shell python3 -c "import os; print(max(1, (os.cpu_count() or 1) // $(TEST_WORKERS)))")
 test: install
