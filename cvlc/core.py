@@ -8,7 +8,7 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
            'run_dir', 'units_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError',
            'save_checkpoint', 'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit',
-           'device_name', 'UnitStore', 'provenance']
+           'cpu_cores', 'unit_workers', 'device_name', 'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import contextlib, hashlib, json, math, os, random, tempfile, time, warnings
@@ -234,6 +234,23 @@ def _can_fork() -> bool:
     import multiprocessing as mp
     return "fork" in mp.get_all_start_methods() and not (torch.cuda.is_available() and torch.cuda.is_initialized())
 
+def cpu_cores() -> int:
+    "The CPU cores this process may run on: its affinity where the system has one (a container may get fewer)."
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+def unit_workers(profile: str) -> int:
+    """How many units `UnitStore.run_all(workers="auto")` trains at a time at `profile`: two at `demo` and `paper`,
+    whose small CPU models train faster side by side, each on its share of the cores, than one after another on all
+    of them (measured in 10_simclr, 12_conclat and 16_mlcl), and never more than the cores; one at `smoke`, which the
+    test suite already runs two at a time, and at `full`, whose larger models keep the cores (or a GPU) busy alone."""
+    return min(by_profile(profile, smoke=1, demo=2, paper=2, full=1), cpu_cores())
+
+def _worker_count(workers: int | str, profile: str) -> int:
+    "`UnitStore.run_all`'s `workers` as a number: 'auto' is `unit_workers(profile)`, else an int >= 1."
+    if workers == "auto": return unit_workers(profile)
+    if isinstance(workers, int) and workers >= 1: return workers
+    raise ValueError(f"workers must be an int >= 1 or 'auto', got {workers!r}")
+
 _FORK_STATE: tuple | None = None    # (store, jobs, threads), read by the forked workers
 
 def _blas_threads(n: int):
@@ -253,7 +270,7 @@ def _forked(store, jobs: list, todo: list[int], workers: int, bar: bool):
     "Compute the units `todo` (indices into `jobs`) in `workers` forked processes, one fresh process per unit."
     import multiprocessing as mp
     global _FORK_STATE
-    _FORK_STATE = (store, jobs, max(1, (os.cpu_count() or 1) // workers))
+    _FORK_STATE = (store, jobs, max(1, cpu_cores() // workers))
     try:
         with mp.get_context("fork").Pool(min(workers, max(1, len(todo))), maxtasksperchild=1) as pool:
             yield from maybe_progress(pool.imap_unordered(_forked_unit, todo), show=bar, n=len(todo))
@@ -296,9 +313,8 @@ def device_name(device: str | torch.device | None = None) -> str:
     apart) and its core count."""
     device = torch.device(device) if device is not None else default_device()
     if device.type == "cuda": return torch.cuda.get_device_name(device)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: None)()
-    return f"{device.type} ({_cpu_model()}{f', {capability}' if capability else ''}, {cores} cores)"
+    return f"{device.type} ({_cpu_model()}{f', {capability}' if capability else ''}, {cpu_cores()} cores)"
 
 # %% ../nbs/00_core.ipynb #u0n1t5c2
 class UnitStore:
@@ -381,16 +397,16 @@ class UnitStore:
             made["model"] = build(); made["model"].load_state_dict(load_checkpoint(path)); made["model"].eval()
         return result, made.get("model")
 
-    def run_all(self, jobs, bar: bool = True, workers: int = 1, prepare=None) -> dict[str, list]:
+    def run_all(self, jobs, bar: bool = True, workers: int | str = 1, prepare=None) -> dict[str, list]:
         """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar over the missing
         units; results by row, in the order of the jobs. `workers` > 1 computes the missing units that many at a time,
-        each in a forked process with `cpu_count // workers` threads for torch and for BLAS (small CPU models train
+        each in a forked process with `cpu_cores() // workers` threads for torch and for BLAS (small CPU models train
         faster side by side than on shared threads, and pools larger than a worker's share fight over the cores); where
-        fork is missing or CUDA is already initialised here, the units run one by one.
+        fork is missing or CUDA is already initialised here, the units run one by one; "auto": `unit_workers(profile)`.
         `prepare()`, when given, is called once, here, before the first missing unit is computed, and never when every
         unit is stored: the place to make what only training needs (a large data set), which forked workers inherit."""
         jobs = [(row, seed, fn, cfg[0] if cfg else None) for row, seed, fn, *cfg in jobs]
-        if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
+        workers = _worker_count(workers, self.profile)
         stored = [self._stored(row, seed, cfg) for row, seed, _, cfg in jobs]
         results = [rec and rec["result"] for rec in stored]
         todo = [i for i, rec in enumerate(stored) if rec is None]
