@@ -385,17 +385,13 @@ class UnitStore:
         stages or figures to read: returns (result, model). `train()` -> (model, result); `build()` -> an untrained
         model of that shape, to load a kept one into (in eval mode). `keep=False`: nothing is kept, and the model is
         None where the result was reused."""
-        path = self.path(row, seed).with_suffix(".pt")
-        if keep and not path.is_file(): self.path(row, seed).unlink(missing_ok=True)   # a record without its model
-        made = {}
-        def fn():
-            made["model"], result = train()
-            if keep: save_checkpoint(made["model"].state_dict(), path)
-            return result
-        result = self.run(row, seed, fn, config)
-        if keep and "model" not in made:
-            made["model"] = build(); made["model"].load_state_dict(load_checkpoint(path)); made["model"].eval()
-        return result, made.get("model")
+        return self.run_models([(row, seed, train, build, config, keep)], bar=False)[row][0]
+
+    def run_models(self, jobs, bar: bool = True, workers: int | str = 1) -> dict[str, list[tuple]]:
+        """`run_model` for each of `jobs`, (row, seed, train, build, config, keep), the missing units `workers` at a
+        time as in `run_all`: {row: [(result, model), ...]}, in the order of the jobs. A model trained in a forked
+        worker reaches this process through its kept file (loaded in eval mode); with keep=False, it is None here."""
+        return _model_units(self, jobs, bar, workers)
 
     def run_all(self, jobs, bar: bool = True, workers: int | str = 1, prepare=None) -> dict[str, list]:
         """Run `jobs`, a list of (row, seed, fn) or (row, seed, fn, config), with a progress bar over the missing
@@ -436,6 +432,30 @@ class UnitStore:
         return (f"units: {len(self.computed)} computed, {len(self.reused)} reused from {self.folder}"
                 + (f", {len(self.ignored)} stored ones ignored" if self.ignored else "")
                 + ("; made on " + ", ".join(f"{d} ({n})" for d, n in made.items()) if len(made) > 1 else ""))
+
+# %% ../nbs/00_core.ipynb #u0n1tmd1
+def _model_units(store: UnitStore, jobs, bar: bool, workers: int | str) -> dict[str, list[tuple]]:
+    "`UnitStore.run_models`: units that keep their trained models beside their records, computed by `run_all`."
+    kept = lambda row, seed: store.path(row, seed).with_suffix(".pt")
+    made = {}                                                   # (row, seed) -> the model trained in this process
+    def trained(row: str, seed: int, train, keep: bool):
+        def fn():
+            model, result = train()
+            if keep: save_checkpoint(model.state_dict(), kept(row, seed))       # written before the record
+            made[row, seed] = model
+            return result
+        return fn
+    for row, seed, *_, keep in jobs:                            # a record whose model is lost: computed again
+        if keep and not kept(row, seed).is_file(): store.path(row, seed).unlink(missing_ok=True)
+    results = store.run_all([(row, seed, trained(row, seed, train, keep), config)
+                             for row, seed, train, _, config, keep in jobs], bar, workers)
+    out: dict[str, list[tuple]] = {}
+    for row, seed, _, build, _, keep in jobs:
+        model = made.get((row, seed))
+        if model is None and keep:
+            model = build(); model.load_state_dict(load_checkpoint(kept(row, seed))); model.eval()
+        out.setdefault(row, []).append((results[row][len(out.get(row, []))], model))
+    return out
 
 # %% ../nbs/00_core.ipynb #pr0v0cd1
 def provenance(chapter: str, profile: str, where: str | os.PathLike = ".", *paths: str | os.PathLike,
