@@ -204,10 +204,18 @@ def budget_curves(
     pad = 0.05 * (hi - lo) if hi > lo else 0.5 * abs(hi) or 0.5
     for ax in axes.flat[:len(ids)]:            # one budget axis for every panel (a single-point claim included)
         ax.set_xlim(lo / 1.3 if logx else lo - pad, hi * 1.3 if logx else hi + pad)
+        if logx: _tick_budgets(ax, xs)
     for ax in axes.flat[len(ids):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel(xlabel, fontsize=8)
     _budget_legend(fig, axes.flat[len(ids):], list(curves))
     return fig
+
+def _tick_budgets(ax, budgets: Sequence[float]) -> None:
+    "A log budget axis ticked at the budgets themselves (1.6k, 20k), not at the powers of ten between them."
+    from matplotlib.ticker import NullFormatter
+    ticks = sorted(set(budgets))
+    ax.set_xticks(ticks, [f"{v / 1000:g}k" if v >= 1000 else f"{v:g}" for v in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 def _budget_legend(fig: Figure, free, runs: list) -> None:
     "The runs and the key to the marks: in the first free panel, else in a row of its own under the panels."
