@@ -385,12 +385,13 @@ class UnitStore:
         stages or figures to read: returns (result, model). `train()` -> (model, result); `build()` -> an untrained
         model of that shape, to load a kept one into (in eval mode). `keep=False`: nothing is kept, and the model is
         None where the result was reused."""
-        return self.run_models([(row, seed, train, build, config, keep)], bar=False)[row][0]
+        return _model_units(self, [(row, seed, train, build, config, keep)], False, 1, unkept=True)[row][0]
 
     def run_models(self, jobs, bar: bool = True, workers: int | str = 1) -> dict[str, list[tuple]]:
         """`run_model` for each of `jobs`, (row, seed, train, build, config, keep), the missing units `workers` at a
-        time as in `run_all`: {row: [(result, model), ...]}, in the order of the jobs. A model trained in a forked
-        worker reaches this process through its kept file (loaded in eval mode); with keep=False, it is None here."""
+        time as in `run_all`: {row: [(result, model), ...]}, in the order of the jobs. A model a forked worker
+        trained comes back through its kept file (loaded in eval mode); with keep=False the model is None (none is
+        held in memory while the others train)."""
         return _model_units(self, jobs, bar, workers)
 
     def run_all(self, jobs, bar: bool = True, workers: int | str = 1, prepare=None) -> dict[str, list]:
@@ -434,15 +435,17 @@ class UnitStore:
                 + ("; made on " + ", ".join(f"{d} ({n})" for d, n in made.items()) if len(made) > 1 else ""))
 
 # %% ../nbs/00_core.ipynb #u0n1tmd1
-def _model_units(store: UnitStore, jobs, bar: bool, workers: int | str) -> dict[str, list[tuple]]:
-    "`UnitStore.run_models`: units that keep their trained models beside their records, computed by `run_all`."
+def _model_units(store: UnitStore, jobs, bar: bool, workers: int | str,
+                 unkept: bool = False) -> dict[str, list[tuple]]:
+    """`UnitStore.run_models`: units that keep their trained models beside their records, computed by `run_all`.
+    `unkept`: also return a keep=False model trained here (`run_model`'s one unit)."""
     kept = lambda row, seed: store.path(row, seed).with_suffix(".pt")
     made = {}                                                   # (row, seed) -> the model trained in this process
     def trained(row: str, seed: int, train, keep: bool):
         def fn():
             model, result = train()
             if keep: save_checkpoint(model.state_dict(), kept(row, seed))       # written before the record
-            made[row, seed] = model
+            if keep or unkept: made[row, seed] = model
             return result
         return fn
     for row, seed, *_, keep in jobs:                            # a record whose model is lost: computed again
