@@ -61,3 +61,21 @@ def test_home_page_shows_what_the_records_say():
     nb = json.loads((NBS / "index.ipynb").read_text())
     cell = next("".join(c["source"]) for c in nb["cells"] if "".join(c["source"]).startswith(RESULTS_HEADING))
     assert cell == results_markdown(NBS), "the home page's table is stale: cvlc.cli.refresh_home_results, then --readme"
+
+
+@pytest.mark.parametrize("record", RECORDS + VARIANTS, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_record_params_agree_with_its_metrics(record):
+    """A parameter whose value a chapter also writes into its metrics (16_mlcl's REASONER as `reasoner`, SEED as
+    `seed`) has there the value the record's params give it, or else the chapter's default: a record made under an
+    older default names that parameter in its params, so that its label says how it differs from the chapter today."""
+    import ast
+    from cvlc.cli import declared_params
+    chapter = next(c for c in chapters() if c.name == record.relative_to(RESULTS).parts[0])
+    metrics = json.loads((record / "metrics.json").read_text())
+    params = json.loads((record / "provenance.json").read_text()).get("params") or {}
+    for name, spec in declared_params(chapter).items():
+        default = ast.literal_eval(spec["default"])
+        if name == "PROFILE" or default in (None, "auto") or name.lower() not in metrics: continue
+        if not isinstance(default, (str, int, float, bool)): continue
+        assert metrics[name.lower()] == params.get(name, default), \
+            f"{record}: {name.lower()} is {metrics[name.lower()]!r} in its metrics, {params.get(name, default)!r} by its params"
