@@ -260,6 +260,17 @@ def _blas_threads(n: int):
     except ImportError: return contextlib.nullcontext()
     return threadpool_limits(n)
 
+def _die_with_parent(parent: int, every: float = 1.0) -> None:
+    """A forked worker's start: a daemon thread that ends the worker within `every` seconds of the end of the process
+    that forked it, so a run killed from outside (`kill`, a closed notebook kernel) leaves no worker training on to the
+    end of its unit. (Not Linux's PR_SET_PDEATHSIG: it fires when the forking *thread* ends, and the pool forks
+    replacement workers from a thread of its own that ends before they do, killing them while they hold its locks.)"""
+    import threading
+    def watch():
+        while os.getppid() == parent: time.sleep(every)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="cvlc-parent-watch").start()
+
 def _forked_unit(i: int) -> tuple[int, Any]:
     store, jobs, threads = _FORK_STATE
     torch.set_num_threads(threads)
@@ -272,7 +283,8 @@ def _forked(store, jobs: list, todo: list[int], workers: int, bar: bool):
     global _FORK_STATE
     _FORK_STATE = (store, jobs, max(1, cpu_cores() // workers))
     try:
-        with mp.get_context("fork").Pool(min(workers, max(1, len(todo))), maxtasksperchild=1) as pool:
+        with mp.get_context("fork").Pool(min(workers, max(1, len(todo))), _die_with_parent, (os.getpid(),),
+                                         maxtasksperchild=1) as pool:
             yield from maybe_progress(pool.imap_unordered(_forked_unit, todo), show=bar, n=len(todo))
     finally: _FORK_STATE = None
 
