@@ -10,7 +10,7 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
            'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
-           'published_runs', 'variants_table']
+           'published_runs', 'variants_table', 'runs_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -590,6 +590,16 @@ def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[st
         (_variant_label(v), v) for v in load_variants(chapter, root) if v["folder"].parent.name == profile
         and (names is None or set(run_params(v)) <= names)]
 
+_LEGEND = ("Each claim's cell: its margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
+           "spread; 1 seed: direction only).")
+
+def _claim_cell(rec: dict, cid: str) -> str:
+    "A claim's margin and verdict in a published record, as a table cell: `-` where the record lacks the claim."
+    c = next((c for c in rec["claims"] if c.id == cid), None)
+    return "-" if c is None else f"{c.margin:+.3f} {_MARK[c.verdict]}"
+
+def _holds(rec: dict) -> str: return f"{sum(c.holds for c in rec['claims'])}/{len(rec['claims'])}"
+
 def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
     """Markdown: what else was tried. Per profile with published variants, one column for the chapter's own published
     run and one per variant; a row per claim (margin and verdict), then the claims that hold, the wall time and the
@@ -602,15 +612,26 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
     for profile in dict.fromkeys(v["folder"].parent.name for v in variants):      # variants/<profile>/<name>
         runs = published_runs(chapter, profile, root=root)
         ids = list(dict.fromkeys(c.id for _, r in runs for c in r["claims"]))
-        def cell(rec, cid):
-            c = next((c for c in rec["claims"] if c.id == cid), None)
-            return "-" if c is None else f"{c.margin:+.3f} {_MARK[c.verdict]}"
         wall = lambda r: r["provenance"].get("wall_seconds")
-        rows = [[cid] + [cell(r, cid) for _, r in runs] for cid in ids]
-        rows.append(["claims that hold"] + [f"{sum(c.holds for c in r['claims'])}/{len(r['claims'])}" for _, r in runs])
+        rows = [[cid] + [_claim_cell(r, cid) for _, r in runs] for cid in ids]
+        rows.append(["claims that hold"] + [_holds(r) for _, r in runs])
         rows.append(["wall time"] + [f"{wall(r):.0f} s" if isinstance(wall(r), (int, float)) else "-" for _, r in runs])
         rows.append(["commit"] + [f"`{str(r['provenance'].get('commit') or '?')[:10]}`" for _, r in runs])
         out.append(markdown_table([f"`{profile}`: claim"] + [name for name, _ in runs], rows))
-    legend = ("Each cell: the claim's margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
-              "spread; 1 seed: direction only).")
-    return "\n\n".join(out + [legend])
+    return "\n\n".join(out + [_LEGEND])
+
+def runs_table(runs: Sequence[tuple[str, dict]], metrics: dict[str, str] | None = None,
+               claims: dict[str, str] | None = None, legend: bool = True) -> str:
+    """Markdown: a row per published run ((label, record), as `published_runs` gives them): the named metrics ({key:
+    column}; floats to three decimals, integers with thousands separators, `-` where a run has none), the named
+    claims' margins and verdicts ({claim id: column}) and the claims that hold; under it the legend of the claims'
+    cells, unless `legend` is False (a table above already has it). The transpose of `variants_table`, for comparing
+    a few numbers across many runs."""
+    metrics, claims = metrics or {}, claims or {}
+    def value(rec, key):
+        v = rec["metrics"].get(key)
+        return f"{v:,}" if isinstance(v, int) else f"{v:.3f}" if isinstance(v, float) else "-"
+    rows = [[label, *(value(r, k) for k in metrics), *(_claim_cell(r, c) for c in claims), _holds(r)]
+            for label, r in runs]
+    table = markdown_table(["run", *metrics.values(), *claims.values(), "claims that hold"], rows)
+    return table + ("\n\n" + _LEGEND if claims and legend else "")
