@@ -623,13 +623,14 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
 def runs_table(runs: Sequence[tuple[str, dict]], metrics: dict[str, str] | None = None,
                claims: dict[str, str] | None = None, legend: bool = True) -> str:
     """Markdown: a row per published run ((label, record), as `published_runs` gives them): the named metrics ({key:
-    column}; floats to three decimals, integers with thousands separators, `-` where a run has none), the named
-    claims' margins and verdicts ({claim id: column}) and the claims that hold; under it the legend of the claims'
-    cells, unless `legend` is False (a table above already has it). The transpose of `variants_table`, for comparing
-    a few numbers across many runs."""
+    column}; floats to three decimals, integers with thousands separators, text and booleans as they are, `-` where
+    a run has none), the named claims' margins and verdicts ({claim id: column}) and the claims that hold; under it
+    the legend of the claims' cells, unless `legend` is False (a table above already has it). The transpose of
+    `variants_table`, for comparing a few numbers across many runs."""
     metrics, claims = metrics or {}, claims or {}
     def value(rec, key):
         v = rec["metrics"].get(key)
+        if isinstance(v, (bool, str)): return str(v)                      # bool is an int: not "1"
         return f"{v:,}" if isinstance(v, int) else f"{v:.3f}" if isinstance(v, float) else "-"
     rows = [[label, *(value(r, k) for k in metrics), *(_claim_cell(r, c) for c in claims), _holds(r)]
             for label, r in runs]
