@@ -10,7 +10,7 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
            'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
-           'published_runs', 'variants_table', 'runs_table']
+           'variant_label', 'published_runs', 'variants_table', 'runs_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -575,9 +575,12 @@ def _value_text(v) -> str:
     if isinstance(v, dict): return "{" + ", ".join(f"{k}: {_value_text(x)}" for k, x in v.items()) + "}"
     return str(v)
 
-def _variant_label(rec: dict) -> str:
+def variant_label(rec: dict, leave_out: Sequence[str] = ()) -> str:
+    """A published variant's name: the parameters it set, `NAME = value` in the order of their names, less those in
+    `leave_out` (say, a parameter every run in a table shares); its folder's name where it records none."""
     params = run_params(rec)
-    return ", ".join(f"{k} = {_value_text(v)}" for k, v in sorted(params.items())) or rec["folder"].name
+    if not params: return rec["folder"].name
+    return ", ".join(f"{k} = {_value_text(v)}" for k, v in sorted(params.items()) if k not in leave_out)
 
 def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[str] | None = None,
                    root: str | os.PathLike | None = None) -> list[tuple[str, dict]]:
@@ -587,7 +590,7 @@ def published_runs(chapter: str, profile: str = "paper", only: str | Sequence[st
     names = {only} if isinstance(only, str) else None if only is None else set(only)
     own = load_published(chapter, profile, root)
     return ([("as published", own)] if own else []) + [
-        (_variant_label(v), v) for v in load_variants(chapter, root) if v["folder"].parent.name == profile
+        (variant_label(v), v) for v in load_variants(chapter, root) if v["folder"].parent.name == profile
         and (names is None or set(run_params(v)) <= names)]
 
 _LEGEND = ("Each claim's cell: its margin and its verdict (yes: holds; no: does not hold; spread: within the seeds' "
