@@ -217,10 +217,13 @@ def _tick_budgets(ax, budgets: Sequence[float]) -> None:
     ax.set_xticks(ticks, [f"{v / 1000:g}k" if v >= 1000 else f"{v:g}" for v in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
 
-def _budget_legend(fig: Figure, free, runs: list) -> None:
-    "The runs and the key to the marks: in the first free panel, else in a row of its own under the panels."
+def _budget_legend(fig: Figure, free, runs: list, wrap: int = 44) -> None:
+    """The runs and the key to the marks: in the first free panel (a run's name wrapped at `wrap` characters, so that
+    it keeps to the panel's width), else in a row of its own under the panels."""
+    import textwrap
     from matplotlib.lines import Line2D
-    key = [Line2D([], [], color=f"C{k}", lw=1.3, label=run) for k, run in enumerate(runs)] + [
+    name = (lambda run: "\n".join(textwrap.wrap(run, wrap))) if len(free) else str
+    key = [Line2D([], [], color=f"C{k}", lw=1.3, label=name(run)) for k, run in enumerate(runs)] + [
         Line2D([], [], color="gray", lw=0.9, ls="--", label="seeds' spread (margin must exceed it)"),
         Line2D([], [], color="gray", marker="o", ls="", label="claim holds"),
         Line2D([], [], color="gray", marker="o", mfc="white", ls="", label="claim does not hold here")]
