@@ -222,7 +222,7 @@ def _budget_legend(fig: Figure, free, runs: list, wrap: int = 44) -> None:
     it keeps to the panel's width), else in a row of its own under the panels."""
     import textwrap
     from matplotlib.lines import Line2D
-    name = (lambda run: "\n".join(textwrap.wrap(run, wrap))) if len(free) else str
+    name = (lambda run: textwrap.fill(run, wrap)) if len(free) else str
     key = [Line2D([], [], color=f"C{k}", lw=1.3, label=name(run)) for k, run in enumerate(runs)] + [
         Line2D([], [], color="gray", lw=0.9, ls="--", label="seeds' spread (margin must exceed it)"),
         Line2D([], [], color="gray", marker="o", ls="", label="claim holds"),
