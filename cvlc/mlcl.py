@@ -7,9 +7,9 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['REASONERS', 'METHODS', 'RULE_HEAD_FIELDS', 'MLCL_FIELDS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows',
            'scatter', 'ResidualFF', 'ScatteringPanels', 'ScatteringReasoner', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
-           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rpm_loss',
-           'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source', 'resize_panels', 'raven_data', 'mlcl_phases',
-           'train_rpm', 'random_candidates']
+           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits',
+           'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source',
+           'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm', 'random_candidates']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -253,7 +253,7 @@ def two_shift_mlcl(anchors: Tensor, wrong: Tensor, rules: Tensor, temperature: f
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e033
 METHODS = ("ce", "aux_dense", "aux_sparse", "mlcl")
-RULE_HEAD_FIELDS = ("beta", "aux_dropout")                                     # read by every method with a rule head
+RULE_HEAD_FIELDS = ("beta", "aux_dropout", "aux_balance")                      # read by every method with a rule head
 MLCL_FIELDS = ("temperature", "mlc_weight", "wrong_negatives", "two_shifts", "three_phase")   # read by MLCL alone
 
 @dataclass
@@ -270,6 +270,7 @@ class RPMTrainConfig:
     augment: bool = False               # one random flip / rotation / transpose on all 16 panels of a matrix
     shuffle_answers: bool = False       # a new order of the 8 candidates each time a matrix is served (the authors)
     aux_dropout: float = 0.0            # dropout in the rule head rho (the authors' code: 0.5)
+    aux_balance: bool = False           # the rule head's BCE weighs each bit's 1s and 0s apart (`balanced_bit_weights`)
     epochs: int = 4
     batch_size: int = 32
     lr: float = 3e-3                    # the peak learning rate of the one-cycle schedule (Adam)
@@ -322,10 +323,36 @@ def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
     return {"aux_dense": 9, "aux_sparse": 40, "mlcl": 40}.get(method, 0)
 
-def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str] = ("ce", "aux", "mlc")) -> Tensor:
+def balanced_bit_weights(labels) -> Tensor:
+    """Weights of a 0 (row 0) and a 1 (row 1) of each bit of multi-hot rule `labels` (n, bits), from their counts
+    n_0 and n_1 over the training set: n / (2 n_c), so a bit's 1s and its 0s weigh as much in all, and each bit's
+    weights average to 1 over the set (the BCE keeps its scale and beta its meaning). A bit that never changes keeps
+    weight 1 on its one value. Unweighted, a sparse bit (on in few matrices) is learnt mostly from its 0s and a dense
+    bit (on in most) from its 1s."""
+    labels = torch.as_tensor(np.asarray(labels)).float()
+    if labels.ndim != 2 or not len(labels):
+        raise ValueError(f"labels must be (n, bits) with n >= 1, got shape {tuple(labels.shape)}")
+    if ((labels != 0) & (labels != 1)).any(): raise ValueError("labels must be 0 or 1")
+    ones = labels.sum(0)
+    counts = torch.stack([len(labels) - ones, ones])
+    w = len(labels) / (2 * counts.clamp(min=1))
+    return torch.where((counts == 0).any(0), (counts > 0).float(), w)     # a constant bit: weight 1 on its one value
+
+def rule_bce(logits: Tensor, rules: Tensor, bit_weights: Tensor | None = None) -> Tensor:
+    "The rule head's BCE, mean over matrices and bits; each element weighed by `bit_weights` (2, bits) when given."
+    if bit_weights is None: return F.binary_cross_entropy_with_logits(logits, rules.float())
+    if bit_weights.shape != (2, logits.shape[-1]):
+        raise ValueError(f"bit_weights must be (2, {logits.shape[-1]}) for {logits.shape[-1]} rule bits, "
+                         f"got {tuple(bit_weights.shape)} (aux_balance needs the method's balanced_bit_weights)")
+    w = bit_weights.to(logits.device, torch.promote_types(logits.dtype, torch.float32))
+    return F.binary_cross_entropy_with_logits(logits, rules.float(), weight=torch.where(rules.bool(), w[1], w[0]))
+
+def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str] = ("ce", "aux", "mlc"),
+             bit_weights: Tensor | None = None) -> Tensor:
     """The method's loss on one batch: CE (+ beta x AUX, dense or sparse) (+ mlc_weight x MLCL); `parts` keeps a
     subset (for the three phases). With V views of each matrix (`rpm_batches(views=V)`), the outputs hold V rows per
-    label row."""
+    label row. `config.aux_balance` needs `bit_weights`, the training set's `balanced_bit_weights` of the method's
+    rule target."""
     m, loss = config.method, out["scores"].new_zeros(())
     b, n = len(batch["target"]), len(out["scores"])
     if n % b: raise ValueError(f"{n} output rows for {b} matrices: expected a whole number of views of each")
@@ -334,7 +361,9 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], each(batch["target"]))
     if "aux" in parts and m != "ce":
         rules = batch["dense"] if m == "aux_dense" else batch["sparse"]
-        loss = loss + config.beta * F.binary_cross_entropy_with_logits(out["aux"], each(rules).float())
+        if config.aux_balance and bit_weights is None:
+            raise ValueError("aux_balance needs bit_weights: balanced_bit_weights of the training set's rule target")
+        loss = loss + config.beta * rule_bce(out["aux"], each(rules), bit_weights if config.aux_balance else None)
     if "mlc" in parts and m == "mlcl" and config.mlc_weight:
         z = out["z"].reshape(b, v, *out["z"].shape[1:])
         loss = loss + config.mlc_weight * mlcl_loss(z, batch["target"], batch["sparse"], config.temperature,
@@ -462,7 +491,9 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
                      views=config.n_views // copies, shuffle_answers=config.shuffle_answers)
-    loss_of = lambda parts: (lambda out, b: rpm_loss(repeat_views(out, copies), b, config, parts))
+    balance = config.aux_balance and config.method != "ce"
+    w = balanced_bit_weights(get("meta_target") if config.method == "aux_dense" else get("sparse")) if balance else None
+    loss_of = lambda parts: (lambda out, b: rpm_loss(repeat_views(out, copies), b, config, parts, w))
     phases = mlcl_phases(config.epochs, loss_of) if config.three_phase else None
     learn = make_learner(
         model,
