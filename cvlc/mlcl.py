@@ -7,7 +7,7 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['REASONERS', 'METHODS', 'RULE_HEAD_FIELDS', 'MLCL_FIELDS', 'PanelEncoder', 'candidate_matrices', 'candidate_rows',
            'scatter', 'ResidualFF', 'ScatteringPanels', 'ScatteringReasoner', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
-           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits',
+           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rule_labels',
            'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source',
            'resize_panels', 'raven_data', 'mlcl_phases', 'train_rpm', 'random_candidates']
 
@@ -319,9 +319,14 @@ def repeat_views(out: dict, views: int) -> dict:
     reads (scores, aux, z; not h)."""
     return out if views == 1 else {k: t.repeat_interleave(views, 0) for k, t in out.items() if k != "h"}
 
+# %% ../nbs/16_mlcl.ipynb #1c80e0aa
 def aux_bits(method: str) -> int:
     "Size of the rule target a method predicts: 9 (dense), 40 (sparse, also for MLCL) or 0."
     return {"aux_dense": 9, "aux_sparse": 40, "mlcl": 40}.get(method, 0)
+
+def rule_labels(method: str, dense, sparse):
+    "The rule labels a method's head predicts (when `aux_bits(method)`): `dense` for AUX-dense, else `sparse`."
+    return dense if method == "aux_dense" else sparse
 
 def balanced_bit_weights(labels) -> Tensor:
     """Weights of a 0 (row 0) and a 1 (row 1) of each bit of multi-hot rule `labels` (n, bits), from their counts
@@ -360,7 +365,7 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     each = lambda t: t.repeat_interleave(v, 0)                  # one label row per view (views are adjacent)
     if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], each(batch["target"]))
     if "aux" in parts and m != "ce":
-        rules = batch["dense"] if m == "aux_dense" else batch["sparse"]
+        rules = rule_labels(m, batch["dense"], batch["sparse"])
         if config.aux_balance and bit_weights is None:
             raise ValueError("aux_balance needs bit_weights: balanced_bit_weights of the training set's rule target")
         loss = loss + config.beta * rule_bce(out["aux"], each(rules), bit_weights if config.aux_balance else None)
@@ -491,8 +496,8 @@ def train_rpm(data, config: RPMTrainConfig | None = None, seed: int = 0, size: i
     dl = rpm_batches(images, get("target"), get("meta_target"), get("sparse"), config.batch_size, seed,
                      puzzles=rule_source(data) if config.augment else None, augment_panels=config.augment,
                      views=config.n_views // copies, shuffle_answers=config.shuffle_answers)
-    balance = config.aux_balance and config.method != "ce"
-    w = balanced_bit_weights(get("meta_target") if config.method == "aux_dense" else get("sparse")) if balance else None
+    balance = config.aux_balance and aux_bits(config.method)
+    w = balanced_bit_weights(rule_labels(config.method, get("meta_target"), get("sparse"))) if balance else None
     loss_of = lambda parts: (lambda out, b: rpm_loss(repeat_views(out, copies), b, config, parts, w))
     phases = mlcl_phases(config.epochs, loss_of) if config.three_phase else None
     learn = make_learner(
