@@ -364,7 +364,7 @@ def rpm_loss(out: dict, batch: dict, config: RPMTrainConfig, parts: Sequence[str
     v = n // b
     each = lambda t: t.repeat_interleave(v, 0)                  # one label row per view (views are adjacent)
     if "ce" in parts: loss = loss + F.cross_entropy(out["scores"], each(batch["target"]))
-    if "aux" in parts and m != "ce":
+    if "aux" in parts and aux_bits(m):
         rules = rule_labels(m, batch["dense"], batch["sparse"])
         if config.aux_balance and bit_weights is None:
             raise ValueError("aux_balance needs bit_weights: balanced_bit_weights of the training set's rule target")
