@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/api/cli.html.md"""
 # %% auto #0
 __all__ = ['KERNEL', 'INLINE_BACKEND', 'RESULTS_HEADING', 'CliError', 'Chapter', 'find_nbs', 'list_chapters', 'find_chapter',
            'parse_params', 'declared_params', 'ChapterFailed', 'run_chapter', 'default_out', 'summary_table',
-           'collect_claims', 'ledger_text', 'check_publishable', 'variant_name', 'changed_params', 'publish',
-           'results_markdown', 'refresh_home_results', 'main']
+           'LedgerRun', 'collect_claims', 'ledger_text', 'check_publishable', 'variant_name', 'changed_params',
+           'publish', 'results_markdown', 'refresh_home_results', 'main']
 
 # %% ../nbs/api/cli.ipynb #11857d77
 import argparse, ast, contextlib, json, os, re, signal, sys, threading, time
@@ -291,11 +291,20 @@ def _chapter_of(folder: Path) -> str:
     executed = [p.stem for p in folder.glob("*.ipynb") if _CHAPTER_RE.match(p.stem)]
     return executed[0] if len(executed) == 1 else folder.name
 
-def collect_claims(folders: Sequence[str | os.PathLike]) -> tuple[list, list[str]]:
-    """The claims in the `metrics.json` of each folder (or of each chapter folder inside it), with their chapter
-    names; a chapter met in several folders (its demo and paper runs, say) is named with each run's profile."""
+@dataclass(frozen=True)
+class LedgerRun:
+    "One chapter run's record: its label in the ledger, chapter, profile, metrics and ledger claims."
+    label: str
+    chapter: str
+    profile: str
+    metrics: dict
+    claims: list
+
+def collect_claims(folders: Sequence[str | os.PathLike]) -> list[LedgerRun]:
+    """The chapter runs with claims in the `metrics.json` of each folder (or of each chapter folder inside it); a
+    chapter met in several folders (its demo and paper runs, say) is labelled with each run's profile."""
     from cvlc.metrics import check_claims
-    found = []                                   # (chapter, profile, claims) per metrics.json
+    found = []                                   # (chapter, profile, metrics, claims) per metrics.json
     for folder in map(Path, folders):
         own = folder / "metrics.json"
         files = [own] if own.is_file() else sorted(folder.glob("*/metrics.json"))
@@ -304,21 +313,42 @@ def collect_claims(folders: Sequence[str | os.PathLike]) -> tuple[list, list[str
         for f in files:
             try:
                 record = json.loads(f.read_text())
-                profile = record.get("profile", f.parent.name)
-                found.append((_chapter_of(f.parent), profile, check_claims(record.get("claims", []))))
+                claims = check_claims(record.get("claims", []))
+                if claims: found.append((_chapter_of(f.parent), record.get("profile", f.parent.name), record, claims))
             except (ValueError, TypeError) as e: raise CliError(f"{f}: {e}") from None
-    seen = [ch for ch, _, cl in found if cl]
-    label = lambda ch, profile: f"{ch} ({profile})" if seen.count(ch) > 1 else ch
-    labels = [label(ch, p) for ch, p, _ in found]
+    chapters = [ch for ch, *_ in found]
+    runs = [LedgerRun(f"{ch} ({p})" if chapters.count(ch) > 1 else ch, ch, p, m, cl) for ch, p, m, cl in found]
+    labels = [r.label for r in runs]
     if len(set(labels)) < len(labels): raise CliError(f"the same chapter run is given twice: {sorted(labels)}")
-    return [c for *_, cl in found for c in cl], [n for n, (*_, cl) in zip(labels, found) for _ in cl]
+    return runs
 
-def ledger_text(claims, names) -> str:
-    "The cross-chapter claims table, or a line saying that no chapter recorded a claim."
-    from cvlc.metrics import claims_table
-    if not claims: return "no claims recorded (only the paper chapters record them)"
-    return ("Claims ledger: a claim holds when its mean margin exceeds the sum of the rows' seed sds\n"
-            + claims_table(claims, chapters=names))
+_LEDGER_HEAD = ("What reproduces, counted against the papers' claims ({file}): a paper claim holds when every ledger "
+                "claim that tests it holds; a claim of absence agrees where its two rows differ by less than the seeds' "
+                "spread. H marks a paper's headline.")
+
+def ledger_text(runs: Sequence[LedgerRun], nbs: str | os.PathLike | None = None, ledger: bool = False) -> str:
+    """Per chapter run: the headline's verdict, the paper claims holding / tested / listed and each one's parts, the
+    own findings; then the counts over all runs given. `ledger`: every ledger claim's table after it."""
+    import textwrap
+    from cvlc.metrics import ChapterCount, claims_table, count_claims, paper_claims_text, paper_verdicts, read_claims_list
+    if not runs: return "no claims recorded (only the paper chapters record them)"
+    path = find_nbs(nbs) / "claims.md"
+    listed = read_claims_list(path)
+    out, counts = [textwrap.fill(_LEDGER_HEAD.format(file=path), 118), ""], []
+    for r in runs:
+        try: verdicts, own = paper_verdicts(r.chapter, r.claims, r.metrics, listed)
+        except ValueError as e: raise CliError(f"{r.label}: {e}") from None
+        counts.append(count_claims(verdicts, own))
+        out += [f"{r.label}: {counts[-1]}", paper_claims_text(verdicts, own), ""]
+    heads = [c.headline for c in counts if c.headline != "-"]
+    total = lambda f: sum(getattr(c, f) for c in counts)
+    out.append(f"over these runs: headlines {sum(h == 'holds' for h in heads)} of {len(heads)} hold; paper claims: "
+               f"{total('holding')} hold, {total('tested')} tested, {total('listed')} listed; own findings: "
+               f"{total('own_holding')} of {total('own')} hold")
+    if ledger:
+        out += ["", "Every ledger claim (a claim holds when its mean margin exceeds the sum of the rows' seed sds):",
+                claims_table([c for r in runs for c in r.claims], chapters=[r.label for r in runs for _ in r.claims])]
+    return "\n".join(out)
 
 # %% ../nbs/api/cli.ipynb #pub1cli1
 def _results_dir(chapter: Chapter) -> Path: return chapter.path.parent / "results" / chapter.name
@@ -380,25 +410,36 @@ def publish(chapter: Chapter, run_folder: str | os.PathLike, prov: dict) -> Path
 RESULTS_HEADING = "## What reproduces"
 
 def results_markdown(nbs: str | os.PathLike | None = None) -> str:
-    """The home page's section on what reproduces: per chapter with published runs, the claims that hold at `demo`
-    and at `paper` and where the `paper` run was measured, read from `nbs/results/`."""
-    from cvlc.metrics import load_published
+    """The home page's section on what reproduces: per paper chapter with a published `paper` run, its headline's
+    verdict, the paper claims holding / tested / listed, its own findings, and where the run was measured; then the
+    totals. Read from `nbs/results/` and the papers' claims list."""
+    from cvlc.metrics import count_claims, load_published, paper_verdicts, read_claims_list
     root = find_nbs(nbs) / "results"
+    listed = read_claims_list(find_nbs(nbs) / "claims.md")
     lines = [RESULTS_HEADING, "",
-             "Each paper chapter checks its paper's claims with one rule (a margin larger than the seeds' spread). The "
-             "counts below come from runs published into `nbs/results/` by `cvlc run CHAPTER --profile P --publish`; "
-             "`cvlc claims nbs/results/*/paper` prints every claim. Runs with a chapter parameter changed are "
-             "published as variants (`nbs/results/<chapter>/variants/`); each chapter's section on what else was "
-             "tried shows them.", "",
-             "| chapter | claims holding at `demo` | at `paper` | `paper` run measured on |", "|---|---|---|---|"]
+             "Each paper chapter is counted against its paper's central claims, one per statement, in "
+             "[the papers' claims](claims.md). A claim holds when every measurement that tests it beats the seeds' "
+             "spread (a claim that one method brings no gain agrees when nothing separates the two rows), and a "
+             "chapter's own findings are counted apart. The counts come from the `paper` runs published into "
+             "`nbs/results/` by `cvlc run CHAPTER --profile paper --publish`; `cvlc claims nbs/results/*/paper` prints "
+             "every claim and its parts, and each paper chapter shows them beside its budget curves.",
+             "", "| chapter | headline | paper claims that hold | tested | listed | own findings that hold | "
+             "`paper` run measured on |", "|---|---|---|---|---|---|---|"]
+    counts = []
     for ch in list_chapters(nbs):
-        recs = {p: load_published(ch.name, p, root) for p in ("demo", "paper")}
-        if not any(recs.values()): continue
-        count = lambda r: f"{sum(c.holds for c in r['claims'])}/{len(r['claims'])}" if r else "not run yet"
-        prov = recs["paper"]["provenance"] if recs["paper"] else {}
-        where = f"{prov.get('device', '?')}, {str(prov.get('date', ''))[:10]}" if prov else "-"
-        lines.append(f"| [{ch.name}]({ch.path.name}) | {count(recs['demo'])} | {count(recs['paper'])} | {where} |")
-    if lines[-1] == "|---|---|---|---|": lines.append("| (none published yet) | | | |")
+        if ch.name not in listed.chapters: continue
+        rec = load_published(ch.name, "paper", root)
+        if rec is None:
+            lines.append(f"| [{ch.name}]({ch.path.name}) | not run yet | | | {len(listed.of(ch.name))} | | |"); continue
+        n = count_claims(*paper_verdicts(ch.name, rec["claims"], rec["metrics"], listed))
+        counts.append(n)
+        prov = rec["provenance"]
+        lines.append(f"| [{ch.name}]({ch.path.name}) | {n.headline} | {n.holding} | {n.tested} | {n.listed} | "
+                     f"{n.own_holding} of {n.own} | {prov.get('device', '?')}, {str(prov.get('date', ''))[:10]} |")
+    total = lambda f: sum(getattr(c, f) for c in counts)
+    heads = [c.headline for c in counts if c.headline != "-"]
+    lines.append(f"| all | {sum(h == 'holds' for h in heads)} of {len(heads)} hold | {total('holding')} | "
+                 f"{total('tested')} | {len(listed.claims)} | {total('own_holding')} of {total('own')} | |")
     return "\n".join(lines)
 
 def refresh_home_results(nbs: str | os.PathLike | None = None) -> bool:
@@ -421,8 +462,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--nbs", help="folder of the course notebooks (default: ./nbs or $CVLC_NBS)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the chapters")
-    c = sub.add_parser("claims", help="the claims ledger of run folders (a chapter's, or a run of several)")
+    c = sub.add_parser("claims", help="what reproduces in run folders (a chapter's, or a run of several), counted "
+                       "against the papers' claims")
     c.add_argument("folders", nargs="+", metavar="RUN_DIR", help="a chapter's run folder or a folder of them")
+    c.add_argument("--ledger", action="store_true", help="also print every ledger claim with its rows and seeds")
     r = sub.add_parser("run", help="run chapters through papermill")
     r.add_argument("chapters", nargs="+", metavar="CHAPTER", help="a chapter (00_core, 00 or core), several, or 'all'")
     r.add_argument("--profile", default="demo", choices=PROFILES + ("auto",), help="run size (default: demo)")
@@ -496,7 +539,8 @@ def _run(args) -> int:
         print("  the home page's 'What reproduces' table changed: "
               "python tools/build_docs.py --readme rewrites README.md")
     print("\n" + summary_table(results))
-    print("\n" + ledger_text(*collect_claims([root if single else root / n for n, s, _, _ in results if s == "ok"])))
+    print("\n" + ledger_text(collect_claims([root if single else root / n for n, s, _, _ in results if s == "ok"]),
+                             args.nbs))
     return 1 if failed else 0
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -507,7 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for c in list_chapters(args.nbs): print(f"{c.name:<18} {c.title}: {c.summary}")
             return 0
         if args.cmd == "claims":
-            print(ledger_text(*collect_claims(args.folders)))
+            print(ledger_text(collect_claims(args.folders), args.nbs, ledger=args.ledger))
             return 0
         if args.chapters != ["all"] and len(args.chapters) > 1 and args.param:
             raise CliError("-p parameters apply to one chapter at a time")

@@ -9,12 +9,14 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
            'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
-           'claim_lines', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
-           'variant_label', 'published_runs', 'variants_table', 'runs_table']
+           'claim_lines', 'PaperClaim', 'LedgerLink', 'ClaimsList', 'claims_file', 'read_claims_list', 'Part',
+           'PaperVerdict', 'judge_part', 'paper_verdicts', 'ChapterCount', 'count_claims', 'paper_claims_table',
+           'paper_claims_text', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
+           'variant_label', 'published_runs', 'record_count', 'variants_table', 'runs_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Mapping, Sequence
@@ -521,6 +523,228 @@ def claim_lines(claims: Sequence, curve: Mapping[str, Sequence] | None = None, a
         lines.append(f"- **{c.statement}**: {c.verdict} ({at}margin {c.margin:+.3f}, spread {c.spread:.3f}{first}).")
     return lines
 
+# %% ../nbs/05_metrics.ipynb #pclaim02
+@dataclass(frozen=True)
+class PaperClaim:
+    "A paper's central claim, as `nbs/claims.md` lists it; `why_not`: why its chapter does not test it, if it does not."
+    id: str
+    chapter: str
+    headline: bool
+    tier: str
+    kind: str                  # ordering, ablation, analysis or absence
+    statement: str
+    where: str
+    paper: str                 # the paper's numbers
+    why_not: str = ""
+
+@dataclass(frozen=True)
+class LedgerLink:
+    "How one ledger claim of a chapter counts: the paper claim it tests (None: the chapter's own finding)."
+    ledger: str
+    tests: str | None
+    test: str = ""             # the paper's statistical test, "<metrics key>[<key prefix>] < <threshold>"
+    note: str = ""
+
+@dataclass(frozen=True)
+class ClaimsList:
+    "The papers' claims (by id, in the list's order) and, per chapter, how its ledger claims count against them."
+    claims: dict
+    links: dict                # {chapter: {ledger id: LedgerLink}}
+
+    def of(self, chapter: str) -> list[PaperClaim]:
+        "The paper claims `chapter` is counted against, in the list's order."
+        return [c for c in self.claims.values() if c.chapter == chapter]
+
+    @property
+    def chapters(self) -> list[str]: return list(dict.fromkeys(c.chapter for c in self.claims.values()))
+
+_TEST_RE = re.compile(r"^(\w+)\[([^\]]*)\]\s*<\s*([0-9.eE+-]+)$")
+
+def _cell(text: str) -> str: return text.strip().replace("\\|", "|")
+def _ident(text: str) -> str: return _cell(text).strip("`")
+
+def _md_tables(text: str):
+    "Each Markdown table of `text` as (header cells, rows of cells)."
+    block = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"): block.append([_cell(c) for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]); continue
+        if len(block) > 2: yield block[0], block[2:]
+        block = []
+
+def claims_file(path: str | os.PathLike | None = None) -> Path:
+    "The papers' claims list: `path`, else `claims.md` in the course's notebooks folder (`cvlc.cli.find_nbs`)."
+    if path is not None: return Path(path)
+    from cvlc.cli import find_nbs
+    return find_nbs() / "claims.md"
+
+def read_claims_list(path: str | os.PathLike | None = None) -> ClaimsList:
+    """Parse the papers' claims list (`claims_file`): per chapter section (`## NN_name: ...`), its claims table, the
+    table linking its ledger claims to them, and the table of claims it does not test. Checked: ids unique, every link
+    names a claim of its own chapter, and every claim is tested by a ledger claim or says why not (never both)."""
+    text = claims_file(path).read_text(encoding="utf-8")
+    claims, links = {}, {}
+    for section in re.split(r"(?m)^## ", text)[1:]:
+        chapter = section.split(":", 1)[0].strip()
+        why = {}
+        for head, rows in _md_tables(section):
+            h = [x.lower() for x in head]
+            if h[:2] == ["id", "h"]:
+                for r in rows:
+                    c = PaperClaim(_ident(r[0]), chapter, r[1] == "H", *r[2:7])
+                    if c.id in claims: raise ValueError(f"claim {c.id!r} is listed twice")
+                    claims[c.id] = c
+            elif h[:2] == ["ledger claim", "tests"]:
+                for r in rows:
+                    f = dict(zip(h, r))
+                    tests = None if f["tests"] == "own finding" else _ident(f["tests"])
+                    link = LedgerLink(_ident(f["ledger claim"]), tests, _ident(f.get("paper's test", "")),
+                                      f.get("note", ""))
+                    if link.test and not _TEST_RE.match(link.test):
+                        raise ValueError(f"{chapter}: {link.ledger}'s test {link.test!r} is not 'key[prefix] < number'")
+                    if link.ledger in links.setdefault(chapter, {}):
+                        raise ValueError(f"{chapter}: ledger claim {link.ledger!r} is linked twice")
+                    links[chapter][link.ledger] = link
+            elif h[:2] == ["claim", "why"]:
+                why.update({_ident(r[0]): r[1] for r in rows})
+        for cid, reason in why.items():
+            if cid not in claims or claims[cid].chapter != chapter:
+                raise ValueError(f"{chapter}: {cid!r} is not one of its listed claims")
+            claims[cid] = replace(claims[cid], why_not=reason)
+    for chapter, found in links.items():
+        for link in found.values():
+            if link.tests is not None and getattr(claims.get(link.tests), "chapter", None) != chapter:
+                raise ValueError(f"{chapter}: ledger claim {link.ledger!r} tests {link.tests!r}, not a claim of {chapter}")
+    tested = {l.tests for found in links.values() for l in found.values()}
+    for c in claims.values():
+        if (c.id in tested) == bool(c.why_not):
+            raise ValueError(f"claim {c.id!r} must either be tested by a ledger claim or say why not, not "
+                             f"{'both' if c.why_not else 'neither'}")
+    return ClaimsList(claims, links)
+
+# %% ../nbs/05_metrics.ipynb #pclaim06
+@dataclass(frozen=True)
+class Part:
+    "One ledger claim as a part of a paper claim: whether it agrees with the paper, and why, in words."
+    claim: Claim
+    agrees: bool
+    reading: str
+
+@dataclass(frozen=True)
+class PaperVerdict:
+    "A paper claim judged on one record: its parts (none: not tested) and the verdict of the weakest."
+    claim: PaperClaim
+    parts: tuple
+
+    @property
+    def tested(self) -> bool: return bool(self.parts)
+
+    @property
+    def holds(self) -> bool: return self.tested and all(p.agrees for p in self.parts)
+
+    @property
+    def verdict(self) -> str:
+        if not self.tested: return "not tested"
+        if not self.holds: return "does not hold"
+        if self.claim.kind == "absence": return f"no difference found ({min(r.n for p in self.parts for r in p.claim.rows)} seeds)"
+        return "holds"
+
+def _absence_part(c: Claim) -> tuple[bool, str]:
+    "A ledger claim read as the paper's claim of absence: its two rows differ by no more than the seeds' spread."
+    if len(c.rows) != 2: raise ValueError(f"{c.id!r} tests a claim of absence: it must compare two rows")
+    if min(r.n for r in c.rows) < 2: return False, "one seed: no spread to judge an absence by"
+    if abs(c.margin) <= c.spread: return True, f"no difference found ({min(r.n for r in c.rows)} seeds)"
+    return False, "a difference beyond the spread"
+
+def _paper_test(test: str, metrics: Mapping) -> tuple[bool, str]:
+    "The paper's statistical test on a record: every value of `metrics[key]` whose name starts with `prefix` < threshold."
+    key, prefix, threshold = _TEST_RE.match(test).groups()
+    found = metrics.get(key) if isinstance(metrics.get(key), Mapping) else {}
+    values = [float(v) for k, v in found.items() if str(k).startswith(prefix)]
+    if not values: return False, f"the record has no {key} of {prefix!r}: the paper's test ({test}) cannot be checked"
+    seen = f"{min(values):.2g}" if len(values) == 1 else f"{min(values):.2g} to {max(values):.2g}"
+    ok = max(values) < float(threshold)
+    return ok, f"{key} {seen}, {'meets' if ok else 'misses'} the paper's {key} < {threshold}"
+
+def judge_part(c: Claim, kind: str, link: LedgerLink | None = None, metrics: Mapping | None = None) -> Part:
+    """Whether ledger claim `c` agrees with a paper claim of `kind`: where the paper claims an absence, its two rows
+    differ by no more than the seeds' spread; elsewhere it holds (a ledger claim of absence cannot test such a claim).
+    The `link`'s paper's test, if any, must pass on `metrics` too."""
+    if kind == "absence": agrees, said = _absence_part(c)
+    elif c.no_gain:
+        raise ValueError(f"{c.id!r} is a claim of absence: it cannot test a claim of kind {kind!r}; "
+                         "link it as an own finding")
+    else: agrees, said = c.holds, c.verdict
+    reading = f"{c.margin:+.3f} (spread {c.spread:.3f}): {said}"
+    if link is not None and link.test:
+        ok, said = _paper_test(link.test, metrics or {})
+        agrees, reading = agrees and ok, f"{reading}; {said}"
+    return Part(c, agrees, reading)
+
+def paper_verdicts(chapter: str, claims, metrics: Mapping | None = None,
+                   listed: ClaimsList | None = None) -> tuple[list[PaperVerdict], list[Claim]]:
+    """The verdict on each paper claim listed for `chapter`, from a record's ledger `claims` (`Claim`s or their dicts)
+    and its `metrics` (for the papers' tests), and the chapter's own findings apart. Every ledger claim must be linked
+    in the list (`read_claims_list`): one that is not is an error that names it."""
+    listed = listed or read_claims_list()
+    if chapter not in listed.chapters: raise ValueError(f"{chapter} has no section in the papers' claims list")
+    links = listed.links.get(chapter, {})
+    claims = check_claims(list(claims))
+    unlinked = [c.id for c in claims if c.id not in links]
+    if unlinked:
+        raise ValueError(f"{chapter}: ledger claims {unlinked} are not linked in {claims_file().name}: name the "
+                         "paper claim each tests, or call it an own finding")
+    parts = {}
+    for c in claims:
+        link = links[c.id]
+        if link.tests is not None:
+            parts.setdefault(link.tests, []).append(judge_part(c, listed.claims[link.tests].kind, link, metrics))
+    own = [c for c in claims if links[c.id].tests is None]
+    return [PaperVerdict(p, tuple(parts.get(p.id, ()))) for p in listed.of(chapter)], own
+
+# %% ../nbs/05_metrics.ipynb #pclaim09
+@dataclass(frozen=True)
+class ChapterCount:
+    "What reproduces in one chapter's record: the headline's verdict, paper claims holding / tested / listed, own findings."
+    headline: str
+    holding: int
+    tested: int
+    listed: int
+    own_holding: int
+    own: int
+
+    def __str__(self) -> str:
+        return (f"headline {self.headline}; paper claims: {self.holding} hold, {self.tested} tested, {self.listed} "
+                f"listed; own findings: {self.own_holding} of {self.own} hold")
+
+def count_claims(verdicts: Sequence[PaperVerdict], own: Sequence[Claim]) -> ChapterCount:
+    "The counts of `paper_verdicts`' result: the headline's verdict ('-' where the chapter has none) and the tallies."
+    heads = [v.verdict for v in verdicts if v.claim.headline]
+    return ChapterCount(heads[0] if heads else "-", sum(v.holds for v in verdicts), sum(v.tested for v in verdicts),
+                        len(verdicts), sum(c.holds for c in own), len(own))
+
+def _claim_name(p: PaperClaim) -> str: return f"`{p.id}`" + (" (headline)" if p.headline else "")
+
+def paper_claims_table(verdicts: Sequence[PaperVerdict]) -> str:
+    """Markdown: a row per paper claim, its statement and the paper's numbers, each ledger claim that tests it with its
+    margin and reading, and the verdict (or why it is not tested)."""
+    rows = [[_claim_name(v.claim), v.claim.statement, v.claim.paper,
+             "<br>".join(f"`{p.claim.id}` {p.reading}" for p in v.parts) or v.claim.why_not,
+             f"**{v.verdict}**" if v.holds else v.verdict] for v in verdicts]
+    return markdown_table(["paper claim", "the claim", "the paper", "ours", "verdict"], rows)
+
+def paper_claims_text(verdicts: Sequence[PaperVerdict], own: Sequence[Claim], width: int = 118) -> str:
+    "The same for a terminal: a line per paper claim, its parts indented below it, then the own findings."
+    import textwrap
+    wrap = lambda s, ind: textwrap.fill(s, width, initial_indent=ind, subsequent_indent=ind + "  ")
+    out = []
+    for v in verdicts:
+        out.append(f"  {'H' if v.claim.headline else ' '} {v.claim.id:<40} {v.verdict}")
+        out += [wrap(f"{p.claim.id} {p.reading}", " " * 6) for p in v.parts] or [wrap(v.claim.why_not, " " * 6)]
+    if own:
+        out.append("    own findings (not counted):")
+        out += [wrap(f"{c.id} {c.margin:+.3f} (spread {c.spread:.3f}): {c.verdict}", " " * 6) for c in own]
+    return "\n".join(out)
+
 # %% ../nbs/05_metrics.ipynb #pub1cd01
 def results_root(root: str | os.PathLike | None = None) -> Path:
     "The folder of published results: `root`, else `$CVLC_NBS/results`, else `./results` (chapters run inside `nbs/`)."
@@ -548,7 +772,8 @@ def load_variants(chapter: str, root: str | os.PathLike | None = None) -> list[d
     return [r for r in map(_load_record, folders) if r is not None]
 
 def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> str:
-    "Markdown: the claims table of the published run of `chapter` at `profile`, labelled with where and when it ran."
+    """Markdown: the published run of `chapter` at `profile`, labelled with where and when it ran: what reproduces
+    (`count_claims`), the paper claims (`paper_claims_table`), then the chapter's own findings."""
     rec = load_published(chapter, profile, root)
     if rec is None:
         return (f"*No published `{profile}` run of this chapter yet: "
@@ -559,7 +784,10 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
     where = (f"measured on {p.get('device', 'an unrecorded device')}{minutes}, commit "
              f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "
              f"torch {p.get('torch', '?')}")
-    return f"**Published `{profile}` run** ({where}):\n\n" + claims_table(rec["claims"], markdown=True)
+    verdicts, own = paper_verdicts(chapter, rec["claims"], rec["metrics"])
+    out = f"**Published `{profile}` run** ({where}): {count_claims(verdicts, own)}.\n\n" + paper_claims_table(verdicts)
+    if own: out += "\n\nThe chapter's own findings, not counted against the paper:\n\n" + claims_table(own, markdown=True)
+    return out
 
 # %% ../nbs/05_metrics.ipynb #variant02
 _MARK = {"holds": "yes", "does not hold": "no", "within the seeds' spread": "spread",
@@ -601,12 +829,20 @@ def _claim_cell(rec: dict, cid: str) -> str:
     c = next((c for c in rec["claims"] if c.id == cid), None)
     return "-" if c is None else f"{c.margin:+.3f} {_MARK[c.verdict]}"
 
-def _holds(rec: dict) -> str: return f"{sum(c.holds for c in rec['claims'])}/{len(rec['claims'])}"
+def record_count(rec: dict) -> ChapterCount:
+    """What reproduces in a published record (`count_claims` of its `paper_verdicts`), its chapter read from its folder
+    (`<chapter>/<profile>` or `<chapter>/variants/<profile>/<name>`)."""
+    f = Path(rec["folder"])
+    chapter = f.parents[2].name if f.parents[1].name == "variants" else f.parent.name
+    return count_claims(*paper_verdicts(chapter, rec["claims"], rec["metrics"]))
+
+def _holds(rec: dict) -> str: n = record_count(rec); return f"{n.holding} of {n.tested}"
 
 def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
     """Markdown: what else was tried. Per profile with published variants, one column for the chapter's own published
-    run and one per variant; a row per claim (margin and verdict), then the claims that hold, the wall time and the
-    commit of each run."""
+    run and one per variant; a row per ledger claim (margin and verdict), then the headline's verdict, the paper claims
+    that hold of those tested, the own findings that hold (`record_count`), the wall time and the commit of each
+    run."""
     variants = load_variants(chapter, root)
     if not variants:
         return (f"*No published variant of this chapter yet: `cvlc run {chapter} --profile demo -p NAME VALUE "
@@ -617,7 +853,10 @@ def variants_table(chapter: str, root: str | os.PathLike | None = None) -> str:
         ids = list(dict.fromkeys(c.id for _, r in runs for c in r["claims"]))
         wall = lambda r: r["provenance"].get("wall_seconds")
         rows = [[cid] + [_claim_cell(r, cid) for _, r in runs] for cid in ids]
-        rows.append(["claims that hold"] + [_holds(r) for _, r in runs])
+        counts = [record_count(r) for _, r in runs]
+        rows.append(["headline"] + [n.headline for n in counts])
+        rows.append(["paper claims that hold, of those tested"] + [f"{n.holding} of {n.tested}" for n in counts])
+        rows.append(["own findings that hold"] + [f"{n.own_holding} of {n.own}" for n in counts])
         rows.append(["wall time"] + [f"{wall(r):.0f} s" if isinstance(wall(r), (int, float)) else "-" for _, r in runs])
         rows.append(["commit"] + [f"`{str(r['provenance'].get('commit') or '?')[:10]}`" for _, r in runs])
         out.append(markdown_table([f"`{profile}`: claim"] + [name for name, _ in runs], rows))
@@ -627,7 +866,8 @@ def runs_table(runs: Sequence[tuple[str, dict]], metrics: dict[str, str] | None 
                claims: dict[str, str] | None = None, legend: bool = True) -> str:
     """Markdown: a row per published run ((label, record), as `published_runs` gives them): the named metrics ({key:
     column}; floats to three decimals, integers with thousands separators, text and booleans as they are, `-` where
-    a run has none), the named claims' margins and verdicts ({claim id: column}) and the claims that hold; under it
+    a run has none), the named claims' margins and verdicts ({claim id: column}) and the paper claims that hold of
+    those tested (`record_count`); under it
     the legend of the claims' cells, unless `legend` is False (a table above already has it). The transpose of
     `variants_table`, for comparing a few numbers across many runs."""
     metrics, claims = metrics or {}, claims or {}
@@ -637,5 +877,5 @@ def runs_table(runs: Sequence[tuple[str, dict]], metrics: dict[str, str] | None 
         return f"{v:,}" if isinstance(v, int) else f"{v:.3f}" if isinstance(v, float) else "-"
     rows = [[label, *(value(r, k) for k in metrics), *(_claim_cell(r, c) for c in claims), _holds(r)]
             for label, r in runs]
-    table = markdown_table(["run", *metrics.values(), *claims.values(), "claims that hold"], rows)
+    table = markdown_table(["run", *metrics.values(), *claims.values(), "paper claims that hold"], rows)
     return table + ("\n\n" + _LEGEND if claims and legend else "")

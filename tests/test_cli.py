@@ -98,10 +98,21 @@ def test_claims_of_a_folder_without_runs_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "holds no metrics.json" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_claims_prints_the_published_ledger():
-    r = cvlc("claims", *sorted((NBS / "results").glob("*/paper")))
+def test_claims_prints_what_reproduces_per_chapter():
+    """`cvlc claims nbs/results/*/paper`: per chapter, the headline's verdict and the paper claims holding / tested /
+    listed, as the library computes them from the records and the papers' claims list."""
+    from cvlc.metrics import count_claims, load_published, paper_verdicts
+    folders = sorted((NBS / "results").glob("*/paper"))
+    r = cvlc("claims", *folders)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("Claims ledger") and "overall:" in r.stdout
+    assert r.stdout.startswith("What reproduces, counted against the papers' claims")
+    for f in folders:
+        rec = load_published(f.parent.name, "paper", NBS / "results")
+        n = count_claims(*paper_verdicts(f.parent.name, rec["claims"], rec["metrics"]))
+        assert f"\n{f.parent.name}: {n}\n" in r.stdout, f"{f.parent.name}'s count is missing"
+    assert "\nover these runs: headlines " in r.stdout and "Every ledger claim" not in r.stdout
+    r = cvlc("claims", "--ledger", *folders)
+    assert r.returncode == 0 and "Every ledger claim" in r.stdout and "overall: " in r.stdout
 
 
 def _course_repo(tmp_path):

@@ -79,3 +79,43 @@ def test_record_params_agree_with_its_metrics(record):
         if not isinstance(default, (str, int, float, bool)): continue
         assert metrics[name.lower()] == params.get(name, default), \
             f"{record}: {name.lower()} is {metrics[name.lower()]!r} in its metrics, {params.get(name, default)!r} by its params"
+
+
+def _chapter_of(record):
+    "The chapter of a published record's folder: <chapter>/<profile> or <chapter>/variants/<profile>/<name>."
+    parts = record.relative_to(RESULTS).parts
+    return parts[0]
+
+
+@pytest.mark.parametrize("record", RECORDS + VARIANTS, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_every_ledger_claim_counts_against_a_listed_paper_claim(record):
+    """Each claim of every published record names a paper claim of its own chapter in nbs/claims.md, or is the
+    chapter's own finding, so every verdict and count can be computed (an unlinked claim is an error that names it)."""
+    from cvlc.metrics import check_claims, paper_verdicts, read_claims_list
+    listed = read_claims_list(NBS / "claims.md")
+    metrics = json.loads((record / "metrics.json").read_text())
+    verdicts, own = paper_verdicts(_chapter_of(record), check_claims(metrics["claims"]), metrics, listed)
+    assert sum(len(v.parts) for v in verdicts) + len(own) == len(metrics["claims"])
+
+
+def test_claims_list_counts_each_paper_claim_once():
+    """The papers' claims list: ids unique, one section per paper chapter with a published `paper` run, each ledger
+    link names a claim of its own chapter, no paper claim is tested from two chapters, and every claim a chapter's
+    `paper` record leaves untested says why."""
+    from cvlc.metrics import read_claims_list
+    listed = read_claims_list(NBS / "claims.md")
+    assert len(listed.claims) == len({c.id for c in listed.claims.values()})
+    published = sorted(r.parent.name for r in RECORDS if r.name == "paper")
+    assert sorted(listed.chapters) == published
+    owner = {}
+    for chapter, links in listed.links.items():
+        for link in links.values():
+            if link.tests is None: continue
+            assert listed.claims[link.tests].chapter == chapter, f"{chapter}: {link.ledger} tests another chapter's claim"
+            assert owner.setdefault(link.tests, chapter) == chapter, f"{link.tests} is tested from two chapters"
+    for chapter in published:
+        ids = {c["id"] for c in json.loads((RESULTS / chapter / "paper" / "metrics.json").read_text())["claims"]}
+        tested = {listed.links[chapter][i].tests for i in ids}
+        for c in listed.of(chapter):
+            assert (c.id in tested) != bool(c.why_not), \
+                f"{c.id}: {'tested, yet says why not' if c.why_not else 'not tested by the paper run, and says not why'}"

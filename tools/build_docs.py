@@ -28,8 +28,9 @@ def page_name(nb: Path) -> str:
 
 
 def notebooks() -> list[Path]:
-    "Every notebook of the site, home page first."
+    "Every notebook of the site, home page first, and the Markdown pages of `nbs/` (the papers' claims)."
     nbs = [p for p in sorted(NBS.rglob("*.ipynb")) if not any(part.startswith((".", "_")) or part == "runs" for part in p.relative_to(NBS).parts)]
+    nbs += sorted(NBS.glob("[!_.]*.md"))
     return sorted(nbs, key=lambda p: (p.name != "index.ipynb", p.relative_to(NBS).parts[:-1], p.name))
 
 
@@ -74,6 +75,11 @@ def execute(nb: Path, dest: Path, profile: str, from_run: Path | None) -> tuple[
     from cvlc.cli import Chapter, run_chapter, _CHAPTER_RE, _header
     out = dest / nb.relative_to(NBS)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if nb.suffix == ".md":                              # a Markdown page: one markdown cell, nothing to run
+        import nbformat
+        out = out.with_suffix(".ipynb")
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(nb.read_text(encoding="utf-8"))]), out)
+        return out, None
     done = from_run / nb.stem / f"{nb.stem}.ipynb" if from_run else None
     ran_at = _run_profile(done.parent) if done is not None and done.is_file() else None
     if ran_at:                                          # a chapter that finished wrote metrics.json
@@ -152,17 +158,17 @@ def process(executed: Path):
     return nb, meta
 
 
-_LINK = re.compile(r'(href|src)="([^"#:?]+?)\.ipynb(#[^"]*)?"')
+_LINK = re.compile(r'(href|src)="([^"#:?]+?)\.(ipynb|md)(#[^"]*)?"')
 
 
 def _relink(body: str, page: Path, site_pages: dict[str, str]) -> str:
-    "Point links to notebooks at their pages: `00_core.ipynb` -> `core.html`, relative to the page."
+    "Point links to notebooks and Markdown pages at their pages: `00_core.ipynb` -> `core.html`, relative to the page."
     def sub(m):
-        target = (NBS / page.parent / f"{m.group(2)}.ipynb").resolve()
+        target = (NBS / page.parent / f"{m.group(2)}.{m.group(3)}").resolve()
         rel = site_pages.get(str(target))
         if rel is None: return m.group(0)
         href = os.path.relpath(rel, page.parent.as_posix() or ".")
-        return f'{m.group(1)}="{href}{m.group(3) or ""}"'
+        return f'{m.group(1)}="{href}{m.group(4) or ""}"'
     return _LINK.sub(sub, body)
 
 
@@ -316,7 +322,7 @@ def readme_text() -> str:
     parts = []
     for cell in nb.cells:
         if cell.cell_type != "markdown": continue
-        src = re.sub(r"\]\((?!https?:)([^)]+?)\.ipynb\)", r"](nbs/\1.ipynb)", cell.source)
+        src = re.sub(r"\]\((?!https?:)([^)]+?)\.(ipynb|md)\)", r"](nbs/\1.\2)", cell.source)
         parts.append(src.strip())
     return "\n\n".join(parts) + "\n"
 
