@@ -322,15 +322,15 @@ def collect_claims(folders: Sequence[str | os.PathLike]) -> list[LedgerRun]:
     if len(set(labels)) < len(labels): raise CliError(f"the same chapter run is given twice: {sorted(labels)}")
     return runs
 
-_LEDGER_HEAD = ("What reproduces, counted against the papers' claims ({file}): a paper claim holds when every ledger "
-                "claim that tests it holds; a claim of absence agrees where its two rows differ by less than the seeds' "
-                "spread. H marks a paper's headline.")
+_LEDGER_HEAD = ("What reproduces, counted against the papers' claims ({file}): a paper claim holds when every "
+                "ledger claim that tests it holds; a claim of absence agrees where its two rows differ by less than "
+                "the seeds' spread. H marks a paper's headline.")
 
 def ledger_text(runs: Sequence[LedgerRun], nbs: str | os.PathLike | None = None, ledger: bool = False) -> str:
     """Per chapter run: the headline's verdict, the paper claims holding / tested / listed and each one's parts, the
     own findings; then the counts over all runs given. `ledger`: every ledger claim's table after it."""
     import textwrap
-    from cvlc.metrics import ChapterCount, claims_table, count_claims, paper_claims_text, paper_verdicts, read_claims_list
+    from cvlc.metrics import claims_table, count_claims, paper_claims_text, paper_verdicts, read_claims_list
     if not runs: return "no claims recorded (only the paper chapters record them)"
     path = find_nbs(nbs) / "claims.md"
     listed = read_claims_list(path)

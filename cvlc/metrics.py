@@ -613,7 +613,8 @@ def read_claims_list(path: str | os.PathLike | None = None) -> ClaimsList:
     for chapter, found in links.items():
         for link in found.values():
             if link.tests is not None and getattr(claims.get(link.tests), "chapter", None) != chapter:
-                raise ValueError(f"{chapter}: ledger claim {link.ledger!r} tests {link.tests!r}, not a claim of {chapter}")
+                raise ValueError(f"{chapter}: ledger claim {link.ledger!r} tests {link.tests!r}, "
+                                 f"not a claim of {chapter}")
     tested = {l.tests for found in links.values() for l in found.values()}
     for c in claims.values():
         if (c.id in tested) == bool(c.why_not):
@@ -645,7 +646,8 @@ class PaperVerdict:
     def verdict(self) -> str:
         if not self.tested: return "not tested"
         if not self.holds: return "does not hold"
-        if self.claim.kind == "absence": return f"no difference found ({min(r.n for p in self.parts for r in p.claim.rows)} seeds)"
+        if self.claim.kind == "absence":
+            return f"no difference found ({min(r.n for p in self.parts for r in p.claim.rows)} seeds)"
         return "holds"
 
 def _absence_part(c: Claim) -> tuple[bool, str]:
@@ -656,7 +658,7 @@ def _absence_part(c: Claim) -> tuple[bool, str]:
     return False, "a difference beyond the spread"
 
 def _paper_test(test: str, metrics: Mapping) -> tuple[bool, str]:
-    "The paper's statistical test on a record: every value of `metrics[key]` whose name starts with `prefix` < threshold."
+    "The paper's statistical test on a record: each value of `metrics[key]` named `prefix`... below the threshold."
     key, prefix, threshold = _TEST_RE.match(test).groups()
     found = metrics.get(key) if isinstance(metrics.get(key), Mapping) else {}
     values = [float(v) for k, v in found.items() if str(k).startswith(prefix)]
@@ -704,7 +706,7 @@ def paper_verdicts(chapter: str, claims, metrics: Mapping | None = None,
 # %% ../nbs/05_metrics.ipynb #pclaim09
 @dataclass(frozen=True)
 class ChapterCount:
-    "What reproduces in one chapter's record: the headline's verdict, paper claims holding / tested / listed, own findings."
+    "What reproduces in a chapter's record: the headline's verdict, paper claims holding / tested / listed, own ones."
     headline: str
     holding: int
     tested: int
@@ -786,7 +788,8 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
              f"torch {p.get('torch', '?')}")
     verdicts, own = paper_verdicts(chapter, rec["claims"], rec["metrics"])
     out = f"**Published `{profile}` run** ({where}): {count_claims(verdicts, own)}.\n\n" + paper_claims_table(verdicts)
-    if own: out += "\n\nThe chapter's own findings, not counted against the paper:\n\n" + claims_table(own, markdown=True)
+    if own:
+        out += "\n\nThe chapter's own findings, not counted against the paper:\n\n" + claims_table(own, markdown=True)
     return out
 
 # %% ../nbs/05_metrics.ipynb #variant02
