@@ -150,7 +150,7 @@ def interleaved_ms(fns: dict[str, Callable], z: torch.Tensor, y: torch.Tensor, r
     return spread(interleaved_times({k: (lambda f=f: _step(f, z, y)) for k, f in fns.items()}, rounds))
 
 def format_table(results: Sequence[dict]) -> str:
-    "The benchmark as a text table with the ratios the issue asks for."
+    "The benchmark as a text table with its time and memory ratios against the references."
     head = (f"{'N':>6} {'cvlc ms':>9} {'plain ms':>9} {'pml ms':>9} {'x plain':>8} {'x pml':>7} "
             f"{'cvlc MiB':>9} {'plain MiB':>10} {'mem ratio':>9}")
     lines = [head, "-" * len(head)]

@@ -130,7 +130,7 @@ class ChapterFailed(Exception):
     "A chapter raised while running: the message names the executed notebook to open."
 
 def _signal_kernels(sig: int) -> None:
-    "Send `sig` to this process's child processes (the kernels papermill started, each the leader of its own session)."
+    "Send `sig` to this process's children (the kernels papermill started, each leading a process group of its own)."
     import psutil                                          # ipykernel's dependency, so there with the cli extra
     for child in psutil.Process().children():
         try:
@@ -141,8 +141,8 @@ def _signal_kernels(sig: int) -> None:
 def _interruptible(fn: Callable[[], Any], grace: float = 10.0, tick: Callable[[], None] | None = None) -> Any:
     """Call `fn` in a worker thread so that Ctrl-C reaches this one: on KeyboardInterrupt the kernels get SIGINT (the
     running cell stops), then SIGKILL after `grace` seconds, and the interrupt is raised here.
-    (papermill's kernel runs in a session of its own, which the terminal's SIGINT does not reach, and nbclient takes
-    SIGINT in the main thread without stopping the kernel; a chapter would otherwise run to its end.)
+    (papermill's kernel runs in a process group of its own, which the terminal's SIGINT does not reach, and nbclient
+    takes SIGINT in the main thread without stopping the kernel; a chapter would otherwise run to its end.)
     `tick()`, when given, is called here about five times a second while `fn` runs."""
     box: dict[str, Any] = {}
     def work():

@@ -65,8 +65,8 @@ def in_test_run() -> bool:
     return any(_truthy(os.environ.get(k)) for k in ("IN_TEST", "PYTEST_CURRENT_TEST", "CI"))
 
 def resolve_profile(profile: str = "auto") -> str:
-    """Turn `profile` into one of `PROFILES`: `auto` is `$CVLC_PROFILE`, else smoke in tests/CI, full on a GPU, demo
-    otherwise."""
+    """Turn `profile` into one of `PROFILES`: `auto` is `$CVLC_PROFILE`, else smoke in tests/CI, else demo, on a GPU
+    too (`full` reads the real datasets, whose paths a run must give: it is asked for by name, never picked)."""
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a str, got {type(profile).__name__}")
     p = profile.strip().lower()
@@ -74,7 +74,7 @@ def resolve_profile(profile: str = "auto") -> str:
         env = os.environ.get("CVLC_PROFILE", "").strip().lower()
         if env and env != "auto": return resolve_profile(env)
         if in_test_run(): return "smoke"
-        return "full" if torch.cuda.is_available() else "demo"
+        return "demo"
     if p not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)} or 'auto'")
     return p

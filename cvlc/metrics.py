@@ -11,8 +11,9 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
            'claim_lines', 'PaperClaim', 'LedgerLink', 'ClaimsList', 'claims_file', 'read_claims_list', 'Part',
            'PaperVerdict', 'judge_part', 'paper_verdicts', 'ChapterCount', 'count_claims', 'paper_claims_table',
-           'paper_claims_text', 'results_root', 'load_published', 'load_variants', 'published_claims', 'run_params',
-           'variant_label', 'published_runs', 'record_count', 'variants_table', 'runs_table']
+           'paper_claims_text', 'results_root', 'load_published', 'load_variants', 'measured_on', 'published_figures',
+           'published_claims', 'run_params', 'variant_label', 'published_runs', 'record_count', 'variants_table',
+           'runs_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -749,9 +750,13 @@ def paper_claims_text(verdicts: Sequence[PaperVerdict], own: Sequence[Claim], wi
 
 # %% ../nbs/05_metrics.ipynb #pub1cd01
 def results_root(root: str | os.PathLike | None = None) -> Path:
-    "The folder of published results: `root`, else `$CVLC_NBS/results`, else `./results` (chapters run inside `nbs/`)."
+    """The folder of published results: `root`, else `$CVLC_NBS/results`, else `results/` in the course's notebooks
+    folder (`cvlc.cli.find_nbs`: a chapter runs inside it, a report one level below), else `./results`."""
     if root is not None: return Path(root)
-    return Path(os.environ["CVLC_NBS"]) / "results" if os.environ.get("CVLC_NBS") else Path("results")
+    if os.environ.get("CVLC_NBS"): return Path(os.environ["CVLC_NBS"]) / "results"
+    from cvlc.cli import CliError, find_nbs
+    try: return find_nbs() / "results"
+    except CliError: return Path("results")
 
 def _load_record(folder: Path) -> dict | None:
     "A published record's {'metrics', 'provenance', 'claims', 'folder'}, or None where `folder` holds none."
@@ -773,6 +778,34 @@ def load_variants(chapter: str, root: str | os.PathLike | None = None) -> list[d
     folders = [f for p in PROFILES for f in sorted((base / p).glob("*/")) if f.is_dir()]
     return [r for r in map(_load_record, folders) if r is not None]
 
+def measured_on(rec: dict) -> str:
+    "Where, how long, from which commit and when a published run was measured, as its label in a chapter says it."
+    p = rec["provenance"]
+    minutes = f", {p['wall_seconds'] / 60:.0f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
+    dirty = " with uncommitted changes" if p.get("uncommitted_changes") else ""
+    return (f"measured on {p.get('device', 'an unrecorded device')}{minutes}, commit "
+            f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "
+            f"torch {p.get('torch', '?')}")
+
+def published_figures(chapter: str, names: Sequence[str] | None = None, profile: str = "paper",
+                      root: str | os.PathLike | None = None, width: int = 1000) -> list:
+    """The figures a published run of `chapter` saved (`names`: their file stems, in that order; None: every one), each
+    an `IPython.display.Image` at most `width` pixels wide on the page; [] where the run is not published. A named
+    figure the run did not save is an error that lists the ones it did."""
+    from IPython.display import Image
+    from PIL import Image as PILImage
+    folder = results_root(root) / chapter / profile / "figures"
+    if not folder.is_dir(): return []
+    saved = {f.stem: f for f in sorted(folder.glob("*.png"))}
+    missing = [n for n in names or () if n not in saved]
+    if missing:
+        raise ValueError(f"the published {profile} run of {chapter} has no figure {missing}; it has {list(saved)}")
+    out = []
+    for n in names or list(saved):
+        with PILImage.open(saved[n]) as im: w = im.width
+        out.append(Image(filename=str(saved[n]), width=min(w, width)))
+    return out
+
 def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> str:
     """Markdown: the published run of `chapter` at `profile`, labelled with where and when it ran: what reproduces
     (`count_claims`), the paper claims (`paper_claims_table`), then the chapter's own findings."""
@@ -780,14 +813,9 @@ def published_claims(chapter: str, profile: str = "paper", root: str | os.PathLi
     if rec is None:
         return (f"*No published `{profile}` run of this chapter yet: "
                 f"`cvlc run {chapter} --profile {profile} --publish` makes one.*")
-    p = rec["provenance"]
-    minutes = f", {p['wall_seconds'] / 60:.0f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
-    dirty = " with uncommitted changes" if p.get("uncommitted_changes") else ""
-    where = (f"measured on {p.get('device', 'an unrecorded device')}{minutes}, commit "
-             f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "
-             f"torch {p.get('torch', '?')}")
     verdicts, own = paper_verdicts(chapter, rec["claims"], rec["metrics"])
-    out = f"**Published `{profile}` run** ({where}): {count_claims(verdicts, own)}.\n\n" + paper_claims_table(verdicts)
+    out = (f"**Published `{profile}` run** ({measured_on(rec)}): {count_claims(verdicts, own)}.\n\n"
+           + paper_claims_table(verdicts))
     if own:
         out += "\n\nThe chapter's own findings, not counted against the paper:\n\n" + claims_table(own, markdown=True)
     return out

@@ -311,6 +311,8 @@ def build_site(out: Path, profile: str = "smoke", from_run: Path | None = None) 
         entries += search_entries(body, page, meta.get("title", nb.stem), lead=meta.get("description", ""))
         written.append(dest)
     copy_assets(out, entries)
+    if (NBS / "images").is_dir():                      # the drawn diagrams the pages show (`![...](images/x.svg)`)
+        shutil.copytree(NBS / "images", out / "images", dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
     return written
 
