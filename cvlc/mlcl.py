@@ -6,13 +6,14 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 
 # %% auto #0
 __all__ = ['PROFILE_CONFIGURATIONS', 'PROFILE_SIZES', 'REASONERS', 'METHODS', 'RULE_HEAD_FIELDS', 'MLCL_FIELDS', 'PAPER',
-           'SLIDES_SD', 'ORDER', 'GENERALISATION', 'METHOD_NAMES', 'chapter_sizes', 'resize_panels', 'raven_data',
-           'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'scatter', 'ResidualFF', 'ScatteringPanels',
-           'ScatteringReasoner', 'SCLReasoner', 'WReNReasoner', 'AuxHead', 'RPMSolver', 'mlcl_loss', 'two_shift_mlcl',
-           'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rule_labels', 'balanced_bit_weights', 'rule_bce', 'rpm_loss',
-           'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source', 'mlcl_phases', 'train_rpm', 'random_candidates',
-           'slides_figures', 'loss_curve', 'evaluate', 'fresh_matrices', 'accuracy_key', 'MLCLExperiment',
-           'record_accuracies', 'methods_figure', 'wrong_picks', 'wrong_picks_figure']
+           'SLIDES_SD', 'ORDER', 'GENERALISATION', 'METHOD_NAMES', 'chapter_sizes', 'resize_panels', 'raven_files',
+           'stratified_draw', 'raven_data', 'PanelEncoder', 'candidate_matrices', 'candidate_rows', 'scatter',
+           'ResidualFF', 'ScatteringPanels', 'ScatteringReasoner', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
+           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rule_labels',
+           'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source',
+           'mlcl_phases', 'train_rpm', 'random_candidates', 'slides_figures', 'loss_curve', 'evaluate',
+           'fresh_matrices', 'accuracy_key', 'MLCLExperiment', 'record_accuracies', 'methods_figure', 'wrong_picks',
+           'wrong_picks_figure']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -35,6 +36,7 @@ from .data import RavenSet, load_raven
 from .rpm import Puzzle, augment, shuffle_answers as shuffle_answers_
 from .training import Checkpoint, Phases, make_learner
 import collections, hashlib, re, time
+from pathlib import Path
 from fastcore.basics import patch
 from fastprogress.fastprogress import progress_bar
 from . import rpm
@@ -52,13 +54,12 @@ def chapter_sizes(profile: str, epochs: int | None = None, matrices: int | None 
                   configurations=None, raven_dir=None) -> dict:
     """The chapter's sizes at `profile` (training and test matrices, panel side, configurations, epochs, batch, the
     batch claim's other sizes, seeds), with the parameters that override them checked: `epochs`, `matrices`, `size`,
-    `configurations` (None: the profile's) and `raven_dir` (the real files set the matrix counts)."""
+    `configurations` (None: the profile's). With real files (`raven_dir`) the counts are how many files a run draws;
+    `full` reads them all."""
     if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
         raise ValueError(f"EPOCHS must be None or a whole number of epochs >= 1, got {epochs!r}")
     if matrices is not None and not (isinstance(matrices, int) and matrices >= 256):
         raise ValueError(f"MATRICES must be None or a whole number of training matrices >= 256, got {matrices!r}")
-    if matrices is not None and raven_dir is not None:
-        raise ValueError("MATRICES sets how many matrices are generated; with RAVEN_DIR the files set it")
     if size is not None and not (isinstance(size, int) and 32 <= size <= 320):
         raise ValueError(f"SIZE must be None or a whole number of pixels from 32 to 320, got {size!r}")
     if isinstance(configurations, str): configurations = [configurations]
@@ -68,8 +69,8 @@ def chapter_sizes(profile: str, epochs: int | None = None, matrices: int | None 
     P = profile
     return dict(
         # matrices (I-RAVEN: 6,000 per configuration x 7 for training)
-        train=matrices or by_profile(P, smoke=256, demo=1600, paper=6400, full=42000),
-        test=by_profile(P, smoke=128, demo=800, paper=2000, full=14000),
+        train=matrices or by_profile(P, smoke=256, demo=1600, paper=6400, full=None if raven_dir else 42000),
+        test=by_profile(P, smoke=128, demo=800, paper=2000, full=None if raven_dir else 14000),
         size=size or by_profile(P, **PROFILE_SIZES),
         configurations=(tuple(dict.fromkeys(configurations)) if configurations
                         else by_profile(P, **PROFILE_CONFIGURATIONS)),
@@ -88,14 +89,50 @@ def resize_panels(images: np.ndarray, size: int, chunk: int = 256) -> np.ndarray
         out[s : s + chunk] = F.interpolate(x, size=(size, size), mode="area").round().clamp(0, 255).byte().numpy()
     return out
 
-def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str] | None = None) -> RavenSet:
-    """One split of the RAVEN / I-RAVEN files under `folder`, of the given `configurations` (cvlc's names; None: all),
-    panels area-resized to `size`: a `cvlc.data.RavenSet`, whose meta matrices give the sparse labels and the rules."""
-    rv, _ = load_raven(folder, split)
+def raven_files(folder, split: str, configurations: Sequence[str] | None = None) -> dict[str, list]:
+    """The RAVEN / I-RAVEN files of one split under `folder` (`RAVEN_<i>_<split>.npz` in one folder per configuration,
+    `cvlc.rpm.RAVEN_FOLDERS`), by configuration (cvlc's names), each list in file-name order; `configurations` (None:
+    every one found) must each have files."""
+    root = Path(folder)
+    if not root.is_dir(): raise FileNotFoundError(f"RAVEN_DIR {folder}: no such folder")
+    by_folder = {v: k for k, v in rpm.RAVEN_FOLDERS.items()}
+    found = collections.defaultdict(list)
+    for f in sorted(root.rglob(f"*_{split}.npz")):
+        if f.parent.name in by_folder: found[by_folder[f.parent.name]].append(f)
+    wanted = list(configurations) if configurations is not None else [c for c in rpm.CONFIGURATIONS if c in found]
+    missing = [c for c in wanted if not found.get(c)]
+    if missing or not wanted:
+        raise ValueError(f"no {split} files of {missing or 'any configuration'} under {folder} (expected "
+                         f"RAVEN_<i>_{split}.npz in folders named {[rpm.RAVEN_FOLDERS[c] for c in missing or wanted]})")
+    return {c: found[c] for c in wanted}
+
+def stratified_draw(by_group: dict[str, list], n: int | None, seed: int = 0) -> list:
+    """`n` items drawn without replacement from the groups (None: all of them), each group's share as even as its size
+    allows, seeded; in the groups' order, each group's items in their own order."""
+    sizes = {g: len(v) for g, v in by_group.items()}
+    if n is None or n >= sum(sizes.values()): return [x for v in by_group.values() for x in v]
+    take, left = dict.fromkeys(sizes, 0), n
+    while left:                                          # one more from each group that has one left, in turn
+        open_ = [g for g in sizes if take[g] < sizes[g]]
+        for g in open_[:left]: take[g] += 1
+        left -= min(left, len(open_))
+    rng = np.random.default_rng(seed)
+    return [by_group[g][i] for g in by_group for i in sorted(rng.choice(sizes[g], take[g], replace=False))]
+
+def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str] | None = None,
+               limit: int | None = None, seed: int = 0) -> RavenSet:
+    """One split of the RAVEN / I-RAVEN files under `folder`, of the given `configurations` (cvlc's names; None: all
+    found): `limit` of them drawn evenly over the configurations (`stratified_draw`, seeded; None: every file), read
+    (`cvlc.data.load_raven`), panels area-resized to `size`. A `cvlc.data.RavenSet`, whose meta matrices give the
+    sparse labels and the rules. Says which files and how many it read."""
+    files = raven_files(folder, split, configurations)
+    drawn = stratified_draw(files, limit, seed)
+    rv, _ = load_raven(drawn, split)
     if rv.meta_matrix is None:
         raise ValueError(f"the {split} files under {folder} lack meta_matrix, which the sparse labels need")
-    rv = rv.select([i for i, c in enumerate(rv.configurations) if configurations is None or c in configurations])
-    if not len(rv): raise ValueError(f"no {split} matrix of configurations {configurations} under {folder}")
+    counts = collections.Counter(rv.configurations)
+    print(f"{split}: {len(rv):,} of {sum(map(len, files.values())):,} files under {folder} ("
+          + ", ".join(f"{c} {counts[c]}" for c in files) + ")")
     return rv if rv.images.shape[-1] == size else replace(rv, images=resize_panels(rv.images, size))
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e012
@@ -656,6 +693,7 @@ class MLCLExperiment:
         self.seed, self.reasoner, self.train, self.three_phase = seed, reasoner, train, three_phase
         self.seeds = [seed + s for s in range(sizes["seeds"])]
         self.fractions = budget_fractions(profile)
+        self._check_budget_points(len(train_set))
         self.base = RPMTrainConfig(epochs=sizes["epochs"], batch_size=sizes["batch"], reasoner=reasoner,
                                    **{k: tuple(v) if isinstance(v, list) else v for k, v in train.items()})
         self.store = UnitStore("16_mlcl", profile)            # finished units are kept in the run folder
@@ -671,6 +709,18 @@ class MLCLExperiment:
         self.per_conf = [k.removeprefix("test on ") for k in self.tests if k.startswith("test on ")]
         self.rand_test = random_candidates(test_set.images, test_set.target, seed=seed + 1,
                                            groups=test_set.configurations)
+
+    def _check_budget_points(self, n: int) -> None:
+        "Every row must reach each budget point at its own update: at its largest batch, the run must be long enough."
+        def points(m: int) -> int:
+            return len(set(budget_steps(max(1, self.S["epochs"] * (m // batch)), self.fractions))) if m >= batch else 0
+        batch = max(self.S["batch"], *self.S["batches"])
+        if points(n) < len(self.fractions):
+            need = next(m for m in range(batch, 100 * batch) if points(m) == len(self.fractions))
+            raise ValueError(f"{n} training matrices make {self.S['epochs'] * (n // batch)} updates per run at batch "
+                             f"{batch}, too few for its {len(self.fractions)} budget points "
+                             f"({', '.join(map(str, self.fractions))} of the run): use at least {need} matrices "
+                             "(MATRICES, or more training files under RAVEN_DIR)")
 
     # ---- units
     def _unit(self, name: str, config: RPMTrainConfig, data, evals: dict, seed: int) -> dict:
