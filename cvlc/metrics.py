@@ -644,6 +644,12 @@ class PaperVerdict:
     def holds(self) -> bool: return self.tested and all(p.agrees for p in self.parts)
 
     @property
+    def why_not(self) -> str:
+        "Why it is not tested: the list's reason, or, for a claim the list links, that the record predates its tests."
+        if self.tested: return ""
+        return self.claim.why_not or "This run predates the ledger claims that test it."
+
+    @property
     def verdict(self) -> str:
         if not self.tested: return "not tested"
         if not self.holds: return "does not hold"
@@ -731,7 +737,7 @@ def paper_claims_table(verdicts: Sequence[PaperVerdict]) -> str:
     """Markdown: a row per paper claim, its statement and the paper's numbers, each ledger claim that tests it with its
     margin and reading, and the verdict (or why it is not tested)."""
     rows = [[_claim_name(v.claim), v.claim.statement, v.claim.paper,
-             "<br>".join(f"`{p.claim.id}` {p.reading}" for p in v.parts) or v.claim.why_not,
+             "<br>".join(f"`{p.claim.id}` {p.reading}" for p in v.parts) or v.why_not,
              f"**{v.verdict}**" if v.holds else v.verdict] for v in verdicts]
     return markdown_table(["paper claim", "the claim", "the paper", "ours", "verdict"], rows)
 
@@ -742,7 +748,7 @@ def paper_claims_text(verdicts: Sequence[PaperVerdict], own: Sequence[Claim], wi
     out = []
     for v in verdicts:
         out.append(f"  {'H' if v.claim.headline else ' '} {v.claim.id:<40} {v.verdict}")
-        out += [wrap(f"{p.claim.id} {p.reading}", " " * 6) for p in v.parts] or [wrap(v.claim.why_not, " " * 6)]
+        out += [wrap(f"{p.claim.id} {p.reading}", " " * 6) for p in v.parts] or [wrap(v.why_not, " " * 6)]
     if own:
         out.append("    own findings (not counted):")
         out += [wrap(f"{c.id} {c.margin:+.3f} (spread {c.spread:.3f}): {c.verdict}", " " * 6) for c in own]
