@@ -489,6 +489,7 @@ def loss_parity(batch: dict, temperature: float = 1.0) -> dict[str, float]:
         out[f"{k}: both matched, |difference|"] = float((ours_null[k] * T / B - theirs[k]).abs())
     out["aux: authors"], out["aux: cvlc"] = float(aux_theirs), float(aux_ours)
     out["aux: cvlc x objects/B"] = float(aux_ours * n_obj / B)
+    out["aux: authors / (cvlc x objects/B) - 1"] = float(aux_theirs / (aux_ours * n_obj / B) - 1)   # NULL's output
     out["aux: both matched, |difference|"] = float((aux_null * n_obj / B - aux_theirs).abs())
     return out
 
