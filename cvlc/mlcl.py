@@ -828,7 +828,7 @@ def methods(self: MLCLExperiment) -> None:
     with_random = {**self.tests, "random": (self.rand_test, self.test_set.target), "seen": seen}
     ts = self.test_set
     gradients = {**self.tests, "L_mlc gradient": lambda model: mlcl_gradients(     # where L_mlc's gradient goes
-        model, ts.images, ts.target, rule_labels("mlcl", ts.meta_target, ts.sparse, self.base.rules),
+        model, ts.images, ts.target, rule_labels("mlcl", ts.meta_target, ts.sparse, self.base.mlcl_rules),
         self.base.temperature)}
     evals = {("ce", False): with_random, ("mlcl", False): gradients}   # CE is also LABC's I-RAVEN row
     self.run_rows({m + (" + DA" if aug else ""): (replace(self.base, method=m, augment=aug), self.train_set,
