@@ -7,9 +7,9 @@ Docs: https://cvlc-course.github.io/cvlc/rpm.html.md"""
 # %% auto #0
 __all__ = ['TYPES', 'SIZE_LEVELS', 'COLOR_LEVELS', 'RULES', 'ATTRIBUTES', 'ENTITY_ATTRS', 'DOMAIN', 'LAYOUTS', 'CONFIGURATIONS',
            'N_COMPONENTS', 'SPARSE_BITS', 'ARITHMETIC_OFFSET', 'ALL_RULES', 'ENCLOSING_MIN_SIZE', 'LAYOUT_RULES',
-           'PERSISTENT_LAYOUTS', 'RAVEN_FOLDERS', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule', 'arithmetic',
-           'fits_int', 'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent', 'encloses',
-           'fitting_configurations', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle', 'answer_set',
+           'PERSISTENT_LAYOUTS', 'RAVEN_FOLDERS', 'RAVEN_STRUCTURES', 'TRANSFORMS', 'sparse_index', 'CompState', 'Rule',
+           'arithmetic', 'fits_int', 'fits_set', 'distribute_rows', 'fits_grid', 'predict', 'solve', 'consistent',
+           'encloses', 'fitting_configurations', 'RPMConfig', 'Puzzle', 'noise_attrs', 'sample_puzzle', 'answer_set',
            'render_panels', 'render_panel', 'render_puzzle', 'meta_matrix', 'meta_target', 'sparse_from_meta_matrix',
            'sparse_rules', 'RPMSet', 'make_rpm', 'context_blind_accuracy', 'answer_differences', 'errors_by_difference',
            'has_position_rule', 'augment', 'shuffle_answers']
@@ -656,6 +656,24 @@ RAVEN_FOLDERS = {                                               # configuration 
     "out_in_grid": "in_distribute_four_out_center_single",
 }
 
+# each configuration's `structure` (the tree's node names) and `meta_structure` bits as I-RAVEN's generator writes them
+RAVEN_STRUCTURES = {
+    "center_single": (("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/"),
+                      (1,) + (0,) * 9 + (1, 1) + (0,) * 9),
+    "distribute_four": (("Scene", "Singleton", "Grid", "Distribute_Four", "/", "/", "/", "/"),
+                        (1,) + (0,) * 9 + (1, 0, 1) + (0,) * 8),
+    "distribute_nine": (("Scene", "Singleton", "Grid", "Distribute_Nine", "/", "/", "/", "/"),
+                        (1,) + (0,) * 9 + (1, 0, 0, 1) + (0,) * 7),
+    "left_right": (("Scene", "Left_Right", "Left", "Left_Center_Single", "/", "/", "Right", "Right_Center_Single", "/",
+                    "/", "/", "/"), (0, 1, 0, 0, 1, 1) + (0,) * 8 + (1, 1) + (0,) * 5),
+    "up_down": (("Scene", "Up_Down", "Up", "Up_Center_Single", "/", "/", "Down", "Down_Center_Single", "/", "/", "/",
+                 "/"), (0, 0, 1, 0, 0, 0, 1, 1) + (0,) * 8 + (1, 1, 0, 0, 0)),
+    "out_in_center": (("Scene", "Out_In", "Out", "Out_Center_Single", "/", "/", "In", "In_Center_Single", "/", "/", "/",
+                       "/"), (0, 0, 0, 1, 0, 0, 0, 0, 1, 1) + (0,) * 8 + (1, 1, 0)),
+    "out_in_grid": (("Scene", "Out_In", "Out", "Out_Center_Single", "/", "/", "In", "In_Distribute_Four", "/", "/",
+                     "/", "/"), (0, 0, 0, 1, 0, 0, 0, 0, 1, 1) + (0,) * 8 + (1, 0, 1)),
+}
+
 def meta_matrix(p: Puzzle) -> np.ndarray:
     """RAVEN's per-rule `meta_matrix`, (8, 9) uint8: 4 rows per component, its rules on Number/Position, Type, Size and
     Color in that order, each row the rule's bit [Constant, Progression, Arithmetic, Distribute_Three] and its
@@ -738,16 +756,19 @@ class RPMSet:
 
     def save_raven(self, folder, split: str = "train") -> Path:
         """The puzzles as RAVEN / I-RAVEN files, `folder/<dataset folder>/RAVEN_<i>_<split>.npz` (`RAVEN_FOLDERS`), with
-        the `image`, `target`, `meta_matrix` and `meta_target` arrays of the official generators (what
-        `cvlc.data.load_raven` reads): a way to test a pipeline for the real datasets on generated puzzles."""
+        the arrays the official generators write, in their dtypes: `image`, `target` and `predict` (the right answer),
+        `meta_matrix`, `meta_target`, and the configuration's `structure` and `meta_structure` as I-RAVEN's generator
+        writes them (`RAVEN_STRUCTURES`). A way to test a pipeline for the real datasets on generated puzzles."""
         if split not in ("train", "val", "test"): raise ValueError(f"split must be train, val or test, got {split!r}")
         folder = Path(folder)
         for i, p in enumerate(self.puzzles):
             sub = folder / RAVEN_FOLDERS[p.configuration]
             sub.mkdir(parents=True, exist_ok=True)
-            mm = meta_matrix(p)
-            np.savez_compressed(sub / f"RAVEN_{i}_{split}.npz", image=self.images[i], target=np.int64(self.target[i]),
-                                meta_matrix=mm, meta_target=mm.max(0))
+            mm = meta_matrix(p).astype(np.uint8)
+            names, bits = RAVEN_STRUCTURES[p.configuration]
+            np.savez(sub / f"RAVEN_{i}_{split}.npz", image=self.images[i], target=np.int64(self.target[i]),
+                     predict=np.int64(self.target[i]), meta_matrix=mm, meta_target=mm.max(0),
+                     structure=np.array([n.encode() for n in names]), meta_structure=np.array(bits, np.uint8))
         return folder
 
     @classmethod
