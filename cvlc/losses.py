@@ -7,7 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/losses.html.md"""
 # %% auto #0
 __all__ = ['set_finite_check', 'set_checks', 'contrastive', 'Block', 'contrastive_features', 'gather_with_grad', 'supcon',
            'nt_xent', 'scaled_supcon', 'multilabel_supcon', 'info_nce', 'cross_modal_nce', 'bidirectional_nce',
-           'triplet_margin', 'dynamic_margin_triplet']
+           'triplet_margin', 'dynamic_margin_triplet', 'SupConLoss', 'NTXentLoss', 'InfoNCELoss', 'CrossModalNCELoss',
+           'ScaledSupConLoss', 'MultiLabelSupConLoss']
 
 # %% ../nbs/01_losses.ipynb #14fd0dad
 import functools, inspect, math, numbers, warnings
@@ -1076,3 +1077,104 @@ def dynamic_margin_triplet(anchor: Tensor, positive: Tensor, negative: Tensor, p
     dt = _compute_dtype(pos_answer, neg_answer)
     margin = base_margin + scale * (1 - F.cosine_similarity(pos_answer.to(dt), neg_answer.to(dt), dim=-1)).detach()
     return triplet_margin(anchor, positive, negative, margin, distance=distance, reduction=reduction)
+
+# %% ../nbs/01_losses.ipynb #l1mod002
+def _options(local: dict) -> dict:
+    "A module's options: the arguments of its __init__ (`locals()` there), without self."
+    return {k: v for k, v in local.items() if k not in ("self", "__class__")}
+
+class _LossModule(nn.Module):
+    "A loss function as a module: it checks and keeps the function's options and shows them in its repr."
+    def __init__(self, **options):
+        super().__init__()
+        _check_options(options.get("temperature", 1.0), options.get("reduction", "mean"), options.get("chunk_size"),
+                       options.get("base_temperature"))
+        self.options = options
+
+    def extra_repr(self) -> str: return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+class SupConLoss(_LossModule):
+    "`supcon` as a module, `SupConLoss(temperature=0.1)(z, labels)`; its options are `supcon`'s."
+    def __init__(self, temperature=0.1, base_temperature: float | None = None, *, normalize: bool = True,
+                 exclude_other_positives: bool = False, distributed: bool = False, reduction: str = "mean",
+                 chunk_size: int | None = None):
+        super().__init__(**_options(locals()))
+
+    def forward(self, z: Tensor, labels: Tensor) -> Tensor:
+        "z: (N, V, d) or (N, d) features; labels: (N,) integer class ids."
+        return supcon(z, labels, **self.options)
+
+class NTXentLoss(_LossModule):
+    """`nt_xent` as a module: `NTXentLoss()(z)` on two views (N, 2, d) or (2N, d), or pytorch-metric-learning's
+    `NTXentLoss()(embeddings, labels)` on (N, d), positives the rows with the same label."""
+    def __init__(self, temperature=0.5, *, normalize: bool = True, distributed: bool = False, reduction: str = "mean",
+                 chunk_size: int | None = None):
+        super().__init__(**_options(locals()))
+
+    def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
+        """z: (N, 2, d) or (2N, d) views, or (N, d) embeddings with `labels` (N,), integer. With labels every positive
+        is taken against the negatives alone (Eq. (2)), averaged per anchor; pytorch-metric-learning averages over
+        positive pairs, which is the same when every label appears equally often (as with pairs)."""
+        if labels is None: return nt_xent(z, **self.options)
+        return supcon(z, labels, exclude_other_positives=True, **self.options)
+
+class InfoNCELoss(_LossModule):
+    "`info_nce` as a module: `InfoNCELoss(temperature=0.07)(query, keys)`; its options are `info_nce`'s."
+    def __init__(self, temperature=0.07, *, normalize: bool = True, reduction: str = "mean",
+                 chunk_size: int | None = None):
+        super().__init__(**_options(locals()))
+
+    def forward(self, query: Tensor, keys: Tensor, positive_index: Tensor | None = None) -> Tensor:
+        "query: (Q, d); keys: (K, d); positive_index: (Q,) in [-1, K - 1] (None: query i's positive is keys[i])."
+        if positive_index is None:
+            _check_pair(query, keys, ("query", "keys"))
+            if len(keys) < len(query):
+                raise ValueError(f"without positive_index, query i's positive is keys[i]: keys needs at least "
+                                 f"{len(query)} rows, got {len(keys)}")
+            positive_index = torch.arange(len(query), device=query.device)
+        return info_nce(query, keys, positive_index, **self.options)
+
+# %% ../nbs/01_losses.ipynb #l1mod003
+class CrossModalNCELoss(_LossModule):
+    """`cross_modal_nce` as a module, open_clip's `ClipLoss`: `CrossModalNCELoss()(image_emb, text_emb)`. With
+    `learnable=True` it learns CLIP's logit scale 1 / temperature, stored as its logarithm (initialised at
+    log(1 / temperature): log(1 / 0.07) by default, as CLIP) and clipped at `max_logit_scale` (CLIP: 100)."""
+    def __init__(self, temperature=0.07, *, learnable: bool = False, max_logit_scale: float | None = 100.0,
+                 symmetric: bool = True, normalize: bool = True, distributed: bool = False,
+                 chunk_size: int | None = None):
+        super().__init__(**_options(locals()))
+        _check_positive_number(max_logit_scale, "max_logit_scale", none_ok=True)
+        if learnable: self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / temperature)))
+
+    def current_temperature(self) -> Tensor | float:
+        "The temperature the next call uses: 1 / the clipped learned scale, or the fixed one."
+        if not self.options["learnable"]: return self.options["temperature"]
+        m = self.options["max_logit_scale"]
+        return 1 / (self.logit_scale if m is None else self.logit_scale.clamp(max=math.log(m))).exp()
+
+    def forward(self, a: Tensor, b: Tensor, positives: Tensor | None = None) -> Tensor:
+        "a, b: (N, d) embeddings of the two modalities, b[i] matching a[i] (or `positives`: (N, N) bool)."
+        kw = {k: v for k, v in self.options.items() if k not in ("temperature", "learnable", "max_logit_scale")}
+        return cross_modal_nce(a, b, self.current_temperature(), positives=positives, **kw)
+
+class ScaledSupConLoss(_LossModule):
+    "`scaled_supcon` as a module: `ScaledSupConLoss(s=20)(z, labels, groups)`; its options are `scaled_supcon`'s."
+    def __init__(self, s: float = 20.0, temperature=0.5, *, dynamic: bool = False,
+                 base_temperature: float | None = None, normalize: bool = True, exclude_other_positives: bool = False,
+                 distributed: bool = False, reduction: str = "mean", chunk_size: int | None = None):
+        _check_positive_number(s, "s")
+        super().__init__(**_options(locals()))
+
+    def forward(self, z: Tensor, labels: Tensor, groups: Tensor) -> Tensor:
+        "z: (N, V, d) or (N, d); labels (answers) and groups (paraphrase groups): (N,), integer."
+        return scaled_supcon(z, labels, groups, **self.options)
+
+class MultiLabelSupConLoss(_LossModule):
+    "`multilabel_supcon` as a module: `MultiLabelSupConLoss()(z, multi_hot, extra_negatives)`."
+    def __init__(self, temperature=0.1, *, normalize: bool = True, distributed: bool = False, reduction: str = "mean",
+                 chunk_size: int | None = None):
+        super().__init__(**_options(locals()))
+
+    def forward(self, z: Tensor, multi_hot: Tensor, extra_negatives: Tensor | None = None) -> Tensor:
+        "z: (N, V, d) or (N, d); multi_hot: (N, n_labels) of 0 and 1; extra_negatives: (..., d) or None."
+        return multilabel_supcon(z, multi_hot, extra_negatives, **self.options)
