@@ -409,6 +409,7 @@ def _fused(anchors: Tensor, candidates: Tensor, blocks: Callable[[int, int], Blo
     "(sum of the row losses, number of anchors with a positive) by `_FusedFn`, the products in autocast's dtype."
     scale = (1 / temperature).reshape(()) if isinstance(temperature, Tensor) else 1 / temperature
     check = check and _checks_on(anchors.device)
+    if candidates is anchors: candidates = anchors.view(anchors.shape)   # torch.compile takes no input twice
     return _FusedFn.apply(anchors, candidates, scale, blocks, bool(exclude_other_positives),
                           _chunk_rows(len(candidates), chunk_size), check, lab, _autocast_dtype(anchors.device))
 
