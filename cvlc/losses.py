@@ -11,7 +11,7 @@ __all__ = ['set_finite_check', 'set_checks', 'contrastive', 'Block', 'contrastiv
            'ScaledSupConLoss', 'MultiLabelSupConLoss']
 
 # %% ../nbs/01_losses.ipynb #14fd0dad
-import functools, inspect, math, numbers, warnings
+import functools, inspect, math, numbers, textwrap, warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
@@ -194,7 +194,8 @@ def _with_shared_docs(fn):
     "Add to `fn`'s numpy-style Parameters section the shared options it takes, each with its default."
     sig = inspect.signature(fn)
     shared = [
-        f"{n} : {_SHARED_DOCS[n][0]}, default {p.default!r}\n    {_SHARED_DOCS[n][1]}"
+        f"{n} : {_SHARED_DOCS[n][0]}, default {p.default!r}\n"
+        + textwrap.fill(_SHARED_DOCS[n][1], 116, initial_indent="    ", subsequent_indent="    ")
         for n, p in sig.parameters.items() if n in _SHARED_DOCS
     ]
     head, sep, tail = inspect.cleandoc(fn.__doc__).partition("\n\nReturns\n-------\n")
@@ -1014,8 +1015,12 @@ def triplet_margin(anchor: Tensor, positive: Tensor, negative: Tensor, margin: f
 
     Parameters
     ----------
-    anchor, positive, negative : Tensor, (T, d), floating, on one device
-        The triplets' features, row by row. fp16 / bf16 are computed in fp32; gradients come back in their dtype.
+    anchor : Tensor, (T, d), floating
+        a: the anchors, one per triplet. fp16 / bf16 are computed in fp32; gradients come back in their dtype.
+    positive : Tensor, (T, d), floating, on the anchors' device
+        p: each anchor's positive.
+    negative : Tensor, (T, d), floating, on the anchors' device
+        n: each anchor's negative.
     margin : float or Tensor, default 0.2
         m: a number, or a (T,) tensor (one margin per triplet).
     distance : str, default 'cosine'
@@ -1051,10 +1056,16 @@ def dynamic_margin_triplet(anchor: Tensor, positive: Tensor, negative: Tensor, p
 
     Parameters
     ----------
-    anchor, positive, negative : Tensor, (T, d), floating
-        The triplets' features, as in `triplet_margin`.
-    pos_answer, neg_answer : Tensor, (T, k), floating
-        w+ and w-: the embeddings of the positive's and of the negative's answers (constants: no gradient).
+    anchor : Tensor, (T, d), floating
+        As in `triplet_margin`.
+    positive : Tensor, (T, d), floating
+        As in `triplet_margin`.
+    negative : Tensor, (T, d), floating
+        As in `triplet_margin`.
+    pos_answer : Tensor, (T, k), floating
+        w+: the embedding of each positive's answer (a constant: no gradient).
+    neg_answer : Tensor, (T, k), floating
+        w-: the embedding of each negative's answer.
     base_margin : float, default 0.1
         m_0, the margin between two triplets of one answer.
     scale : float, default 0.5
