@@ -650,7 +650,7 @@ def _self_paired(zz: Tensor, row_labels: Callable[[Tensor, Tensor, slice], Tenso
         total, count = _fused(zz, cand, blocks, temperature, exclude_other_positives=exclude_other_positives,
                               chunk_size=chunk_size)
     if shared is None: return _finish(total, count, reduction, return_count)
-    loss = _distributed_mean(total, count) if reduction == "mean" else total
+    loss = _distributed_mean(total, count) if reduction == "mean" else total * _world()[0]   # DDP averages gradients
     return (loss, int(count)) if return_count else loss
 
 # %% ../nbs/01_losses.ipynb #e8289fce
