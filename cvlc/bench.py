@@ -491,8 +491,8 @@ def _loss_defaults(args) -> None:
     "The autocast dtypes and the sizes of the new loss rows: short on a CPU, larger on CUDA."
     cuda = torch.device(args.device).type == "cuda"
     if args.amp is None: args.amp = ["float16", "bfloat16"] if cuda else ["bfloat16"]
-    if args.amp_sizes is None: args.amp_sizes = args.sizes if cuda else [1024]
-    if args.clip_sizes is None: args.clip_sizes = [4096, 16384] if cuda else [1024]
+    if args.amp_sizes is None: args.amp_sizes = args.sizes if cuda else [1024, 4096]
+    if args.clip_sizes is None: args.clip_sizes = [4096, 16384] if cuda else [1024, 4096]
     if args.compile_size is None: args.compile_size = 4096 if cuda else 512
 
 def _run_losses(args, out: dict) -> None:
@@ -521,9 +521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[420, 1024, 4096, 8192])
     ap.add_argument("--amp", nargs="*", help="autocast dtypes of the loss rows (default: bfloat16 on a CPU, "
                     "float16 and bfloat16 on CUDA; none given: no autocast rows)")
-    ap.add_argument("--amp-sizes", type=int, nargs="+", help="N of the autocast SupCon rows (CPU: 1024; CUDA: --sizes)")
+    ap.add_argument("--amp-sizes", type=int, nargs="+",
+                    help="N of the autocast SupCon rows (CPU: 1024 4096; CUDA: --sizes)")
     ap.add_argument("--clip-sizes", type=int, nargs="+",
-                    help="pairs of the image-text rows (CPU: 1024; CUDA: 4096 16384)")
+                    help="pairs of the image-text rows (CPU: 1024 4096; CUDA: 4096 16384)")
     ap.add_argument("--compile-size", type=int, help="N of the compile rows (CPU: 512; CUDA: 4096)")
     ap.add_argument("--backend", default="inductor", help="torch.compile backend of the compile rows")
     ap.add_argument("--repeats", type=int, default=3)
