@@ -1,8 +1,9 @@
-"""distributed=True: two processes on the gloo backend give the single-process loss and gradients (to 1e-6).
+"""distributed=True: two processes on the gloo backend give the single-process loss and gradients (to 1e-6), with the
+batch split evenly and unevenly between them; inputs a rank cannot take raise a ValueError on every rank, without a hang.
 
-Each rank holds half of the batch. The mean of the per-rank losses is the whole-batch loss, and each rank's
+Each rank holds part of the batch. The mean of the per-rank losses is the whole-batch loss, and each rank's
 feature gradient, once DDP divides it by the world size, is the single-process gradient of those features."""
-import os, socket, sys
+import os, socket, sys, time, warnings
 
 import pytest
 import torch
@@ -10,9 +11,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from cvlc.losses import cross_modal_nce, multilabel_supcon, nt_xent, scaled_supcon, supcon
+from cvlc.losses import (SupConLoss, cross_modal_nce, gather_with_grad, multilabel_supcon, nt_xent, scaled_supcon,
+                         supcon)
 
 WORLD, N, V, D = 2, 8, 2, 6
+SPLITS = {"even": (4, 4), "uneven": (3, 5)}   # samples per rank; the uneven one is a last batch that did not split
 
 
 def make_data():
@@ -22,7 +25,8 @@ def make_data():
             "y": torch.randint(0, 3, (N,), generator=g),
             "grp": torch.randint(0, 5, (N,), generator=g),
             "mh": torch.rand(N, 4, generator=g) < 0.4,
-            "extra": torch.randn(N, 3, D, generator=g, dtype=torch.float64)}
+            "extra": torch.randn(N, 3, D, generator=g, dtype=torch.float64),
+            "w": torch.randn(N, V * D, generator=g, dtype=torch.float64)}
 
 
 def cases(d, sl, distributed):
@@ -30,12 +34,16 @@ def cases(d, sl, distributed):
     return {
         "supcon": lambda z: supcon(z, d["y"][sl], 0.2, distributed=distributed),
         "supcon_exclude": lambda z: supcon(z, d["y"][sl], 0.2, exclude_other_positives=True, distributed=distributed),
+        "supcon_sum": lambda z: supcon(z, d["y"][sl], 0.2, reduction="sum", distributed=distributed),
         "nt_xent": lambda z: nt_xent(z, 0.5, distributed=distributed),
         "scaled_supcon": lambda z: scaled_supcon(z, d["y"][sl], d["grp"][sl], 20, 0.5, distributed=distributed),
         "scaled_supcon_dynamic": lambda z: scaled_supcon(z, d["y"][sl], d["grp"][sl], 20, 0.5, dynamic=True, distributed=distributed),
         "mlcl": lambda z: multilabel_supcon(z, d["mh"][sl], d["extra"][sl], 0.2, distributed=distributed),
         "cross_modal": lambda z: cross_modal_nce(z[:, 0], d["b"][sl], 0.1, distributed=distributed),
+        "cross_modal_one_way": lambda z: cross_modal_nce(z[:, 0], d["b"][sl], 0.1, symmetric=False, distributed=distributed),
         "supcon_chunked": lambda z: supcon(z, d["y"][sl], 0.2, distributed=distributed, chunk_size=3),
+        "SupConLoss_module": lambda z: SupConLoss(0.2, distributed=distributed)(z, d["y"][sl]),
+        "gather_with_grad": lambda z: (gather_with_grad(z.flatten(1)) * d["w"]).sum() if distributed else (z.flatten(1) * d["w"]).sum(),
     }
 
 
@@ -65,10 +73,22 @@ def _in_group(rank, port, work):
     os._exit(0)
 
 
+def _rank_slice(split, rank):
+    sizes = SPLITS[split]
+    return slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+
+
+def _all_splits(rank, path):
+    "Every case on this rank's part of each split, and the warnings raised on the way (none may be a deprecation)."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = {split: run_cases(make_data(), _rank_slice(split, rank), True) for split in SPLITS}
+    out["warnings"] = [str(w.message) for w in caught]
+    torch.save(out, f"{path}/rank{rank}.pt")
+
+
 def _worker(rank, port, path):
-    n = N // WORLD
-    _in_group(rank, port, lambda: torch.save(run_cases(make_data(), slice(rank * n, (rank + 1) * n), True),
-                                             f"{path}/rank{rank}.pt"))
+    _in_group(rank, port, lambda: _all_splits(rank, path))
 
 
 def _free_port():
@@ -76,26 +96,123 @@ def _free_port():
         s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 
+def _spawn(fn, args, timeout=120):
+    "mp.spawn with a deadline: a rank that hangs (a collective the other rank never joins) fails the test instead."
+    ctx = mp.start_processes(fn, args=args, nprocs=WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive(): p.kill()
+            pytest.fail(f"the ranks did not finish within {timeout} s (a hang)")
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     path = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_worker, args=(_free_port(), str(path)), nprocs=WORLD, join=True)
+    _spawn(_worker, (_free_port(), str(path)))
     return [torch.load(path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
 
 
+@pytest.mark.parametrize("split", list(SPLITS))
 @pytest.mark.parametrize("name", list(cases(make_data(), slice(None), False)))
-def test_two_processes_match_one(ranks, name):
+def test_two_processes_match_one(ranks, name, split):
     single = run_cases(make_data(), slice(None), False)[name]
-    losses = [r[name][0] for r in ranks]
-    assert abs(sum(losses) / WORLD - single[0]) < 1e-6, (losses, single[0])
-    grads = torch.cat([r[name][1] for r in ranks]) / WORLD   # what DDP's averaging makes of each rank's gradient
+    losses = [r[split][name][0] for r in ranks]
+    assert abs(sum(losses) / WORLD - single[0]) < 1e-6 * max(1, abs(single[0])), (losses, single[0])
+    grads = torch.cat([r[split][name][1] for r in ranks]) / WORLD   # what DDP's averaging makes of each rank's gradient
     assert torch.allclose(grads, single[1], atol=1e-6, rtol=0), (grads - single[1]).abs().max()
+
+
+def test_no_deprecated_collectives(ranks):
+    "torch.distributed.nn.functional.all_gather and the other deprecated collectives warn; cvlc uses none of them."
+    for r, out in enumerate(ranks):
+        deprecated = [m for m in out["warnings"] if "deprecat" in m.lower()]
+        assert not deprecated, (r, deprecated)
 
 
 def test_no_distributed_group_means_plain_single_process():
     d = make_data()
     z = d["z"]
     assert torch.allclose(supcon(z, d["y"], 0.2, distributed=True), supcon(z, d["y"], 0.2))
+
+
+# ---- inputs a rank cannot take: a ValueError on every rank, before any collective that could hang ------------------
+
+def _bad_inputs(rank):
+    "Per case, a call that is wrong on one rank only (or where the ranks disagree), as this rank makes it."
+    d, n = make_data(), N // WORLD
+    z, y = d["z"][rank * n:(rank + 1) * n], d["y"][rank * n:(rank + 1) * n]
+    b = d["b"][rank * n:(rank + 1) * n]
+    return {
+        "labels": lambda: supcon(z, y[:-1] if rank == 1 else y, distributed=True),
+        "feature size": lambda: supcon(z[..., :5] if rank == 1 else z, y, distributed=True),
+        "dtype": lambda: nt_xent(z.float() if rank == 1 else z, distributed=True),
+        "reduction": lambda: supcon(z, y, reduction="none" if rank == 0 else "mean", distributed=True),
+        "nt_xent views": lambda: nt_xent(z[:, :1] if rank == 0 else z, distributed=True),
+        "multi_hot width": lambda: multilabel_supcon(z, d["mh"][:n, :3] if rank == 1 else d["mh"][:n], distributed=True),
+        "multi_hot values": lambda: multilabel_supcon(z, -d["mh"][:n].double() if rank == 1 else d["mh"][:n], distributed=True),
+        "extra negatives": lambda: multilabel_supcon(z, d["mh"][:n], d["extra"][:n] if rank == 0 else None, distributed=True),
+        "positives": lambda: cross_modal_nce(z[:, 0], b, positives=torch.eye(n, dtype=torch.bool) if rank == 0 else None,
+                                             distributed=True),
+        "cross_modal shapes": lambda: cross_modal_nce(z[:, 0], b[:-1] if rank == 1 else b, distributed=True),
+        "temperature": lambda: cross_modal_nce(z[:, 0], b, 0.0 if rank == 1 else 0.1, distributed=True),
+    }
+
+
+def _error_worker(rank, port, path):
+    def work():
+        errors = {}
+        for name, call in _bad_inputs(rank).items():
+            try:
+                call()
+                errors[name] = "no error"
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {e}"
+        d = make_data()   # the group still works afterwards
+        errors["after"] = float(supcon(d["z"][rank * 4:(rank + 1) * 4], d["y"][rank * 4:(rank + 1) * 4], distributed=True))
+        torch.save(errors, f"{path}/errors{rank}.pt")
+    _in_group(rank, port, work)
+
+
+EXPECTED = {   # case: (what the rank at fault says, what the others say; None: the same on both)
+    "labels": ("labels must be a 1-D tensor of 4 entries", "rank(s) [1] of 2 could not take their inputs"),
+    "feature size": ("distributed losses need the same feature size on every rank, got [6, 5]", None),
+    "dtype": ("distributed losses need the same dtypes (features, extra negatives) on every rank, got ['float64', "
+              "'float32']", None),
+    "reduction": ("distributed=True needs reduction='mean' or 'sum', got 'none'", "rank(s) [0] of 2"),
+    "nt_xent views": ("nt_xent takes exactly 2 views per sample", "rank(s) [0] of 2"),
+    "multi_hot width": ("distributed losses need the same number of labels on every rank, got [4, 3]", None),
+    "multi_hot values": ("multi_hot must hold only 0 and 1", "rank(s) [1] of 2"),
+    "extra negatives": ("got ['float64/float64', 'float64/None'] (by rank)", None),
+    "positives": ("positives with distributed=True is not supported", "rank(s) [0] of 2"),
+    "cross_modal shapes": ("a and b must have the same shape", "rank(s) [1] of 2"),
+    "temperature": ("temperature must be a positive finite number, got 0.0", "rank(s) [1] of 2"),
+}
+AT_FAULT = {"labels": 1, "reduction": 0, "nt_xent views": 0, "multi_hot values": 1, "positives": 0,
+            "cross_modal shapes": 1, "temperature": 1}
+
+
+@pytest.fixture(scope="module")
+def rank_errors(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ddp_errors")
+    _spawn(_error_worker, (_free_port(), str(path)))
+    return [torch.load(path / f"errors{r}.pt", weights_only=True) for r in range(WORLD)]
+
+
+@pytest.mark.parametrize("case", list(EXPECTED))
+def test_bad_input_on_one_rank_raises_on_every_rank(rank_errors, case):
+    own, other = EXPECTED[case]
+    for r in range(WORLD):
+        msg = rank_errors[r][case]
+        want = own if other is None or r == AT_FAULT[case] else other
+        assert msg.startswith("ValueError: ") and want in msg, (r, msg)
+
+
+def test_group_still_works_after_the_errors(rank_errors):
+    d = make_data()
+    whole = supcon(d["z"], d["y"], distributed=False).item()
+    assert abs(sum(r["after"] for r in rank_errors) / WORLD - whole) < 1e-6
 
 
 # ---- a training step of cvlc.training under DDP equals the single-process step ------------------------------

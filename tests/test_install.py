@@ -39,6 +39,23 @@ def test_wheel_requires_only_the_core(wheel):
     assert any('"course"' in m for m in extras) and any('"cli"' in m for m in extras)
 
 
+def test_wheel_carries_the_license_and_the_classifiers(wheel):
+    "The Apache-2.0 text (2026, cvlc developers) is in the repository and in the wheel; the usual PyPI classifiers."
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "Copyright 2026 cvlc developers" in text
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert z.read(lic).decode() == text
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta and "License-File: LICENSE" in meta
+    classifiers = {l.split(":", 1)[1].strip() for l in meta.splitlines() if l.startswith("Classifier:")}
+    wanted = {"Operating System :: OS Independent", "Intended Audience :: Science/Research",
+              *(f"Programming Language :: Python :: 3.{v}" for v in range(10, 14))}
+    assert wanted <= classifiers, wanted - classifiers
+    assert any(c.startswith("Development Status :: ") for c in classifiers)
+
+
 def _closure(names) -> set[str]:
     "The installed distributions that `names` need (without extras), by name."
     seen, todo = set(), list(names)
