@@ -80,12 +80,13 @@ def execute(nb: Path, dest: Path, profile: str, from_run: Path | None) -> tuple[
         out = out.with_suffix(".ipynb")
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(nb.read_text(encoding="utf-8"))]), out)
         return out, None
-    done = from_run / nb.stem / f"{nb.stem}.ipynb" if from_run else None
+    chapter = nb.parent == NBS and _CHAPTER_RE.match(nb.stem)   # reports/10_simclr.ipynb is not the chapter 10_simclr
+    done = from_run / nb.stem / f"{nb.stem}.ipynb" if from_run and chapter else None
     ran_at = _run_profile(done.parent) if done is not None and done.is_file() else None
     if ran_at:                                          # a chapter that finished wrote metrics.json
         shutil.copy2(done, out)
         return out, ran_at
-    if _CHAPTER_RE.match(nb.stem):
+    if chapter:
         run = out.parent / f".run-{nb.stem}"
         run_chapter(Chapter(nb.stem, nb, *_header(nb)), profile, out=run)
         shutil.move(run / f"{nb.stem}.ipynb", out)
