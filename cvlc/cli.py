@@ -380,7 +380,8 @@ def changed_params(chapter: Chapter, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if default(k) != v}
 
 def publish(chapter: Chapter, run_folder: str | os.PathLike, prov: dict) -> Path:
-    """Copy a finished run's `metrics.json` and figures into `nbs/results/<chapter>/<profile>/` with `prov` as
+    """Copy a finished run's `metrics.json`, figures and saved weights (`weights/`, see `cvlc.core.save_weights`) into
+    `nbs/results/<chapter>/<profile>/` with `prov` as
     `provenance.json`; the previous record of that profile is replaced whole. A run with parameters changed
     (`prov["params"]`, see `changed_params`) is a variant: it goes to
     `nbs/results/<chapter>/variants/<profile>/<variant_name>/` and leaves the chapter's own record alone."""
@@ -395,7 +396,8 @@ def publish(chapter: Chapter, run_folder: str | os.PathLike, prov: dict) -> Path
     stage = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
     try:
         shutil.copy2(src / "metrics.json", stage / "metrics.json")
-        if (src / "figures").is_dir(): shutil.copytree(src / "figures", stage / "figures")
+        for kept in ("figures", "weights"):                # the trained weights a lesson loads, when the run saved any
+            if (src / kept).is_dir(): shutil.copytree(src / kept, stage / kept)
         atomic_write_bytes(stage / "provenance.json", (json.dumps(prov, indent=1) + "\n").encode())
         old = dest.with_name(f".{dest.name}.old")
         shutil.rmtree(old, ignore_errors=True)

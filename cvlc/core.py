@@ -7,8 +7,8 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 # %% auto #0
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
            'run_dir', 'units_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError',
-           'save_checkpoint', 'load_checkpoint', 'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit',
-           'cpu_cores', 'unit_workers', 'device_name', 'UnitStore', 'provenance']
+           'save_checkpoint', 'load_checkpoint', 'save_weights', 'load_weights', 'require_extra', 'maybe_progress',
+           'code_fingerprint', 'git_commit', 'cpu_cores', 'unit_workers', 'device_name', 'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import contextlib, hashlib, json, math, os, random, tempfile, time, warnings
@@ -170,6 +170,20 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
         raise CheckpointError(f"cannot load checkpoint {path}: {type(e).__name__}: {e}") from e
+
+def save_weights(state: Any, name: str, chapter: str | None = None, out: str | os.PathLike | None = None) -> Path:
+    """Save trained weights (a state dict) as `weights/<name>.pt` in the run folder, so that `cvlc run --publish` ships
+    them with the run's record and a lesson can show the trained model without training it (`load_weights`)."""
+    if not name or any(c in name for c in "/\\"):
+        raise ValueError(f"weights name must be a plain file name, got {name!r}")
+    return save_checkpoint(state, (Path(out) if out is not None else run_dir(chapter)) / "weights" / f"{name}.pt")
+
+def load_weights(chapter: str, name: str, profile: str = "paper", root: str | os.PathLike | None = None) -> Any:
+    """The weights `name` a published run of `chapter` saved (`save_weights`), loaded with `weights_only=True`; None
+    where that run saved none (a lesson then trains its own)."""
+    from cvlc.metrics import results_root
+    path = results_root(root) / chapter / profile / "weights" / f"{name}.pt"
+    return load_checkpoint(path) if path.is_file() else None
 
 # %% ../nbs/00_core.ipynb #194bca1e
 def require_extra(extra: str, *modules: str, by: str = "this part of cvlc") -> None:

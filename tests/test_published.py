@@ -121,3 +121,11 @@ def test_claims_list_counts_each_paper_claim_once():
             assert c.id in tested or c.why_not or c.id in linked, \
                 f"{c.id}: not tested by the paper run, and neither says why nor names the ledger claims that test it"
             assert not (c.id in tested and c.why_not), f"{c.id}: tested, yet says why not"
+
+
+def test_shipped_weights_stay_small_and_load_safely():
+    "The trained weights published records ship for the lessons: at most 20 MB in all, each loads with weights_only."
+    from cvlc.core import load_checkpoint
+    files = sorted(RESULTS.glob("*/*/weights/*.pt"))
+    assert sum(f.stat().st_size for f in files) <= 20 * 2**20
+    for f in files: assert isinstance(load_checkpoint(f), dict), f
