@@ -7,10 +7,10 @@ Docs: https://cvlc-course.github.io/cvlc/metrics.html.md"""
 # %% auto #0
 __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best_positive_rank', 'recall_at_k', 'entail_at_k',
            'phrase_scores', 'box_iou', 'pointing_accuracy', 'box_recall_at_k', 'topk_accuracy',
-           'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_verdict', 'seed_verdict',
-           'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table', 'budget_curve',
-           'claim_lines', 'PaperClaim', 'LedgerLink', 'ClaimsList', 'claims_file', 'read_claims_list', 'Part',
-           'PaperVerdict', 'judge_part', 'paper_verdicts', 'ChapterCount', 'count_claims', 'paper_claims_table',
+           'precision_recall_fbeta', 'alignment', 'uniformity', 'mean_sd', 'pm', 'spread_text', 'spread_verdict',
+           'seed_verdict', 'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table',
+           'budget_curve', 'claim_lines', 'PaperClaim', 'LedgerLink', 'ClaimsList', 'claims_file', 'read_claims_list',
+           'Part', 'PaperVerdict', 'judge_part', 'paper_verdicts', 'ChapterCount', 'count_claims', 'paper_claims_table',
            'paper_claims_text', 'results_root', 'load_published', 'load_variants', 'measured_on', 'published_figures',
            'published_claims', 'run_params', 'variant_label', 'published_runs', 'record_count', 'variants_table',
            'runs_table']
@@ -344,6 +344,10 @@ def pm(mean: float, sd: float, fmt: str = ".3f", sd_fmt: str | None = None) -> s
     if sd_fmt is None: sd_fmt = fmt[fmt.index("."):] if "." in fmt else ""
     return f"{mean:{fmt}} ± {sd:{sd_fmt}}"
 
+def spread_text(spread: float) -> str:
+    "A seeds' spread as the ledger prints it: three decimals, or two significant digits where those would show 0.000."
+    return f"{spread:.3f}" if spread == 0 or abs(spread) >= 0.0005 else f"{spread:.2g}"
+
 def spread_verdict(d: float, spread: float, one_seed: bool = False) -> str:
     "The verdict on a difference `d` that the claim says is positive, against the seeds' `spread` (see `seed_verdict`)."
     if d <= 0: return "does not hold"
@@ -467,9 +471,10 @@ def check_claims(records) -> list[Claim]:
 
 # %% ../nbs/05_metrics.ipynb #c1a1m5c2
 def _ours(c: Claim) -> str:
-    rel = " vs " if c.no_gain else " < " if c.lower_is_better else " > "
-    return rel.join(pm(r.mean, r.sd) if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
-        f" (seeds {'/'.join(str(r.n) for r in c.rows)})"
+    "The rows' means ± sd in the claimed order (lower first where lower is better), and their seeds."
+    seeds = {r.n for r in c.rows}
+    return " vs ".join(pm(r.mean, r.sd) if r.n > 1 else f"{r.mean:.3f}" for r in c.rows) + \
+        (f" ({seeds.pop()} seeds each)" if len(seeds) == 1 else f" (seeds {'/'.join(str(r.n) for r in c.rows)})")
 
 def markdown_table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
     "A Markdown table; a `|` inside a cell is escaped."
@@ -521,7 +526,8 @@ def claim_lines(claims: Sequence, curve: Mapping[str, Sequence] | None = None, a
     for c in check_claims(list(claims)):
         pts = sorted((curve or {}).get(c.id, []))
         first = f"; {named(pts[0][0])}: {pts[0][1]:+.3f}" if len(pts) > 1 else ""
-        lines.append(f"- **{c.statement}**: {c.verdict} ({at}margin {c.margin:+.3f}, spread {c.spread:.3f}{first}).")
+        lines.append(f"- **{c.statement}**: {c.verdict} ({at}margin {c.margin:+.3f}, spread {spread_text(c.spread)}"
+                     f"{first}).")
     return lines
 
 # %% ../nbs/05_metrics.ipynb #pclaim02
@@ -683,7 +689,7 @@ def judge_part(c: Claim, kind: str, link: LedgerLink | None = None, metrics: Map
         raise ValueError(f"{c.id!r} is a claim of absence: it cannot test a claim of kind {kind!r}; "
                          "link it as an own finding")
     else: agrees, said = c.holds, c.verdict
-    reading = f"{c.margin:+.3f} (spread {c.spread:.3f}): {said}"
+    reading = f"{c.margin:+.3f} (spread {spread_text(c.spread)}): {said}"
     if link is not None and link.test:
         ok, said = _paper_test(link.test, metrics or {})
         agrees, reading = agrees and ok, f"{reading}; {said}"
@@ -751,7 +757,7 @@ def paper_claims_text(verdicts: Sequence[PaperVerdict], own: Sequence[Claim], wi
         out += [wrap(f"{p.claim.id} {p.reading}", " " * 6) for p in v.parts] or [wrap(v.why_not, " " * 6)]
     if own:
         out.append("    own findings (not counted):")
-        out += [wrap(f"{c.id} {c.margin:+.3f} (spread {c.spread:.3f}): {c.verdict}", " " * 6) for c in own]
+        out += [wrap(f"{c.id} {c.margin:+.3f} (spread {spread_text(c.spread)}): {c.verdict}", " " * 6) for c in own]
     return "\n".join(out)
 
 # %% ../nbs/05_metrics.ipynb #pub1cd01

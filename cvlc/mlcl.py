@@ -13,7 +13,7 @@ __all__ = ['PROFILE_CONFIGURATIONS', 'PROFILE_SIZES', 'REASONERS', 'METHODS', 'R
            'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source',
            'mlcl_phases', 'train_rpm', 'random_candidates', 'slides_figures', 'loss_curve', 'evaluate',
            'fresh_matrices', 'mlcl_gradients', 'accuracy_key', 'MLCLExperiment', 'with_random_candidates',
-           'record_accuracies', 'methods_figure', 'wrong_picks', 'wrong_picks_figure']
+           'record_accuracies', 'methods_figure', 'wrong_picks', 'random_wrong_picks', 'wrong_picks_figure']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -1085,9 +1085,17 @@ def wrong_picks(test_errors: dict, top: int = 5) -> dict[str, dict[str, float]]:
                 "other": sum(v for k, v in c.items() if k not in kinds) / max(1, c.total())}
             for r, c in pooled.items()}
 
-def wrong_picks_figure(test_errors: dict, title: str = ""):
-    "What the solvers get wrong: each row's wrong picks by what they differ from the answer in (`wrong_picks`)."
-    shares = wrong_picks(test_errors)
+def random_wrong_picks(puzzles, seed: int = 0) -> dict[str, int]:
+    """The base rate of the wrong picks: one wrong candidate of each puzzle drawn at random, counted by what it differs
+    from the answer in (`cvlc.rpm.errors_by_difference`), as a solver blind to every attribute would err."""
+    rng = np.random.default_rng(seed)
+    picks = [int(rng.choice([k for k in range(8) if k != p.target])) for p in puzzles]
+    return errors_by_difference(puzzles, picks)
+
+def wrong_picks_figure(test_errors: dict, title: str = "", base: dict | None = None):
+    """What the solvers get wrong: each row's wrong picks by what they differ from the answer in (`wrong_picks`), and
+    under them `base`, the wrong picks of a random guess (`random_wrong_picks`), where given."""
+    shares = wrong_picks({**test_errors, **({"a random wrong pick": [base]} if base else {})})
     rows, kinds = list(shares), list(next(iter(shares.values())))
     fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(rows) + 1.4))
     left = np.zeros(len(rows))
