@@ -719,9 +719,12 @@ def accuracy_key(method: str, configuration: str) -> str:
 class MLCLExperiment:
     """The chapter's experiment: every row of the slides' Tables 1-5 it reproduces, for every seed, each (row, seed) a
     resumable unit of `cvlc.core.UnitStore` (a checkpoint per epoch; each unit tested at `budget_fractions` of its
-    run), and the ledger's claims decided on them at each budget. `run_all` trains what the run folder lacks."""
+    run), and the ledger's claims decided on them at each budget. `run_all` trains what the run folder lacks.
+    `other`: (name, training set, test set) of another source of matrices (the generator's, when the run reads the
+    I-RAVEN files): the four methods are then also tested on its test set and trained on it (`transfer`)."""
     def __init__(self, sizes: dict, train_set, test_set, config, profile: str, seed: int = 0,
-                 reasoner: str = "scattering", train: dict | None = None, three_phase: bool = False):
+                 reasoner: str = "scattering", train: dict | None = None, three_phase: bool = False,
+                 other: tuple | None = None):
         train = {} if train is None else train
         if not isinstance(train, dict): raise TypeError(f"TRAIN must be a dict of RPMTrainConfig fields, got {train!r}")
         fixed = {"epochs", "batch_size", "reasoner", "method", "three_phase"} & set(train)
@@ -729,7 +732,7 @@ class MLCLExperiment:
             raise ValueError(f"TRAIN cannot set {sorted(fixed)}: the profile, REASONER, THREE_PHASE and each row "
                              "set them")
         self.S, self.train_set, self.test_set, self.cfg, self.profile = sizes, train_set, test_set, config, profile
-        self.seed, self.reasoner, self.train, self.three_phase = seed, reasoner, train, three_phase
+        self.seed, self.reasoner, self.train, self.three_phase, self.other = seed, reasoner, train, three_phase, other
         self.seeds = [seed + s for s in range(sizes["seeds"])]
         self.fractions = budget_fractions(profile)
         self._check_budget_points(len(train_set))
@@ -812,8 +815,9 @@ class MLCLExperiment:
 
     def run_all(self) -> "MLCLExperiment":
         "Every section, in the ledger's order; the store's summary and the training time."
-        for section in (self.methods, self.ablation, self.fresh, self.batch, self.labc, self.generalisation,
-                        self.hard_examples):
+        sections = [self.methods, self.ablation, self.fresh, self.batch, self.labc, self.generalisation,
+                    self.hard_examples] + ([self.transfer] if self.other else [])
+        for section in sections:
             print(f"{section.__name__}: {section.__doc__.splitlines()[0]}")
             section()
         print(self.store.summary())
@@ -831,6 +835,8 @@ def methods(self: MLCLExperiment) -> None:
         model, ts.images, ts.target, rule_labels("mlcl", ts.meta_target, ts.sparse, self.base.mlcl_rules),
         self.base.temperature)}
     evals = {("ce", False): with_random, ("mlcl", False): gradients}   # CE is also LABC's I-RAVEN row
+    if self.other:                                     # each method also on the other source's test matrices
+        evals = {(m, False): {**evals.get((m, False), self.tests), **self.other_test()} for m in METHODS}
     self.run_rows({m + (" + DA" if aug else ""): (replace(self.base, method=m, augment=aug), self.train_set,
                                                    evals.get((m, aug), self.tests))
                    for aug in (False, True) for m in METHODS})
@@ -1006,6 +1012,32 @@ def hard_examples(self: MLCLExperiment) -> None:
                       paper="(no numbers: L_mlc focuses on hard examples, not easy ones)")]
     self._claims(gradient_claims)
 
+@patch
+def other_test(self: MLCLExperiment) -> dict:
+    "The other source's test set as an evaluation (`other`), or none."
+    if not self.other: return {}
+    name, _, test = self.other
+    return {f"test on {name}": (test.images, test.target)}
+
+@patch
+def transfer(self: MLCLExperiment) -> None:
+    """The four methods trained on the other source's matrices (`other`), tested on both sources' test sets: with
+    the four rows trained on this run's data, a transfer table. Decides no claim."""
+    name, train, _ = self.other
+    evals = {**self.tests, **self.other_test()}
+    self.run_rows({f"{m}, trained on {name}": (replace(self.base, method=m), train, evals) for m in METHODS},
+                  f"trained on {name}")
+
+@patch
+def transfer_table(self: MLCLExperiment) -> dict:
+    """{method: {training source: {test source: per-seed accuracies}}} of `transfer` (empty without `other`); the
+    sources are 'this run' and the other source's name."""
+    if not self.other: return {}
+    name = self.other[0]
+    on = {"this run": "test", name: f"test on {name}"}
+    return {m: {src: {t: self.acc(row, on=key) for t, key in on.items()}
+                for src, row in (("this run", m), (name, f"{m}, trained on {name}"))} for m in METHODS}
+
 # %% ../nbs/16_mlcl.ipynb #m16exp006
 @patch
 def curve(self: MLCLExperiment) -> dict:
@@ -1040,6 +1072,7 @@ def metrics(self: MLCLExperiment, blind: dict) -> dict:
             **{f"context_blind_{a}": v for a, v in blind.items()}, "configurations": list(self.cfg.configurations),
             **{accuracy_key(m, c): a for m, by_c in self.by_configuration().items() for c, a in by_c.items()},
             "test_errors": self.test_errors(), "train_minutes": self.seconds / 60,
+            **({"transfer": self.transfer_table()} if self.other else {}),
             "device": device_name(), "code": self.store.code, "units_computed": len(self.store.computed),
             "units_reused": len(self.store.reused), "unit_devices": self.store.devices()}
 

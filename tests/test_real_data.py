@@ -36,6 +36,13 @@ def test_mlcl_trains_on_iraven_files(tmp_path):
     assert f"files under {d} (center_single {n_train})" in said and int(n_train) > 150   # smoke: center_single only
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["train_matrices"] == int(n_train) and metrics["claims"]
+    # each method trained on the files and on the generator's matrices, each tested on both: a transfer table
+    t = metrics["transfer"]
+    assert set(t) == {"ce", "aux_dense", "aux_sparse", "mlcl"}
+    for by_source in t.values():
+        assert set(by_source) == {"this run", "the generator"}
+        for by_test in by_source.values():
+            assert set(by_test) == {"this run", "the generator"} and all(0 <= a <= 1 for v in by_test.values() for a in v)
 
 
 def test_mlcl_says_when_the_files_are_too_few(tmp_path):
