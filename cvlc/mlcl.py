@@ -7,13 +7,14 @@ Docs: https://cvlc-course.github.io/cvlc/mlcl.html.md"""
 # %% auto #0
 __all__ = ['PROFILE_CONFIGURATIONS', 'PROFILE_SIZES', 'REASONERS', 'METHODS', 'RULE_HEAD_FIELDS', 'MLCL_FIELDS', 'RULE_LABELS',
            'PAPER', 'SLIDES_SD', 'ORDER', 'GENERALISATION', 'METHOD_NAMES', 'chapter_sizes', 'resize_panels',
-           'raven_files', 'stratified_draw', 'raven_data', 'PanelEncoder', 'candidate_matrices', 'candidate_rows',
-           'scatter', 'ResidualFF', 'ScatteringPanels', 'ScatteringReasoner', 'SCLReasoner', 'WReNReasoner', 'AuxHead',
-           'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views', 'aux_bits', 'rule_labels',
-           'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks', 'rpm_accuracy', 'rule_source',
-           'mlcl_phases', 'train_rpm', 'random_candidates', 'slides_figures', 'loss_curve', 'evaluate',
-           'fresh_matrices', 'mlcl_gradients', 'accuracy_key', 'MLCLExperiment', 'with_random_candidates',
-           'record_accuracies', 'methods_figure', 'wrong_picks', 'random_wrong_picks', 'wrong_picks_figure']
+           'raven_files', 'stratified_draw', 'raven_data', 'raven_source', 'PanelEncoder', 'candidate_matrices',
+           'candidate_rows', 'scatter', 'ResidualFF', 'ScatteringPanels', 'ScatteringReasoner', 'SCLReasoner',
+           'WReNReasoner', 'AuxHead', 'RPMSolver', 'mlcl_loss', 'two_shift_mlcl', 'RPMTrainConfig', 'repeat_views',
+           'aux_bits', 'rule_labels', 'balanced_bit_weights', 'rule_bce', 'rpm_loss', 'rpm_batches', 'rpm_picks',
+           'rpm_accuracy', 'rule_source', 'mlcl_phases', 'train_rpm', 'random_candidates', 'slides_figures',
+           'loss_curve', 'evaluate', 'fresh_matrices', 'mlcl_gradients', 'accuracy_key', 'MLCLExperiment',
+           'with_random_candidates', 'record_accuracies', 'methods_figure', 'wrong_picks', 'random_wrong_picks',
+           'wrong_picks_figure']
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e005
 from .core import require_extra
@@ -35,7 +36,7 @@ from .models import ProjectionHead
 from .data import RavenSet, load_raven
 from .rpm import Puzzle, augment, shuffle_answers as shuffle_answers_
 from .training import Checkpoint, Phases, make_learner
-import collections, functools, hashlib, re, time
+import collections, functools, hashlib, json, re, time
 from pathlib import Path
 from fastcore.basics import patch
 from fastprogress.fastprogress import progress_bar
@@ -134,6 +135,12 @@ def raven_data(folder, split: str, size: int = 80, configurations: Sequence[str]
     print(f"{split}: {len(rv):,} of {sum(map(len, files.values())):,} files under {folder} ("
           + ", ".join(f"{c} {counts[c]}" for c in files) + ")")
     return rv if rv.images.shape[-1] == size else replace(rv, images=resize_panels(rv.images, size))
+
+def raven_source(folder) -> dict | None:
+    """What a folder of RAVEN / I-RAVEN files says it was made with (its `SOURCE.json`: the generator's repository and
+    commit, the seed, the counts), for the run's record; None where it says nothing."""
+    f = Path(folder) / "SOURCE.json"
+    return json.loads(f.read_text()) if f.is_file() else None
 
 # %% ../nbs/16_mlcl.ipynb #a1c0e012
 class PanelEncoder(nn.Module):

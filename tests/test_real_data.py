@@ -21,6 +21,7 @@ def iraven_folder(folder, sizes: dict, configurations=("center_single", "left_ri
     for k, (split, n) in enumerate(sizes.items()):
         config = RPMConfig(size=160, configurations=configurations)
         make_rpm(n, seed=k, config=config, progress=False).save_raven(folder, split)
+    (folder / "SOURCE.json").write_text(json.dumps({"generator": "cvlc.rpm (a test)", "counts": sizes}))
     return folder
 
 
@@ -36,6 +37,7 @@ def test_mlcl_trains_on_iraven_files(tmp_path):
     assert f"files under {d} (center_single {n_train})" in said and int(n_train) > 150   # smoke: center_single only
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["train_matrices"] == int(n_train) and metrics["claims"]
+    assert metrics["raven_source"] == {"generator": "cvlc.rpm (a test)", "counts": {"train": 420, "val": 20, "test": 140}}
     # each method trained on the files and on the generator's matrices, each tested on both: a transfer table
     t = metrics["transfer"]
     assert set(t) == {"ce", "aux_dense", "aux_sparse", "mlcl"}
