@@ -156,8 +156,14 @@ def site(smoke_run, tmp_path_factory):
 
 def test_site_has_a_page_per_notebook(site):
     out, _, _ = site
-    for name in ["index.html", "core.html", "api/cli.html", "styles.css", "mathjax/MathJax.js"]:
+    for name in ["index.html", "core.html", "api/cli.html", "claims.html", "styles.css", "mathjax/MathJax.js"]:
         assert (out / name).is_file(), f"{name} missing from the site"
+    from build_docs import page_name
+    for report in sorted((NBS / "reports").glob("*.ipynb")):      # every paper chapter's reproduction report
+        page = out / page_name(report)
+        assert page.is_file() and "reproduction report" in page.read_text().lower(), f"{page_name(report)}: no report"
+    for img in sorted((NBS / "images").glob("*.svg")):              # the drawn diagrams the pages show
+        assert (out / "images" / img.name).is_file(), f"images/{img.name} missing from the site"
     assert "cvlc" in (out / "index.html").read_text()
 
 
