@@ -13,8 +13,8 @@ __all__ = ['ATTRIBUTES', 'WORD_KINDS', 'IMG_WORDS', 'FAILURES', 'ROWS', 'OTHER_L
            'rank_substitutes', 'masked_lm_probs', 'hf_substitutes', 'fits', 'same_slot', 'WorldNegatives',
            'world_negatives', 'negatives_table', 'negatives_figure', 'phrase_region_scores', 'reduce_phrase_tokens',
            'grounding_metrics', 'HeldOut', 'minilm_and_tokenizer', 'WordTables', 'negative_features',
-           'random_negatives', 'GroundingData', 'grounding_data', 'word_identity_share', 'GroundingTask', 'train_row',
-           'probe_steps', 'unit_name', 'grounding_units', 'GroundingRuns', 'run_experiment', 'per_seed', 'bound_link',
+           'random_negatives', 'GroundingData', 'grounding_data', 'word_identity_share', 'GroundingTask', 'probe_steps',
+           'unit_name', 'grounding_units', 'GroundingRuns', 'run_experiment', 'per_seed', 'bound_link',
            'grounding_claims', 'table2', 'record_table2', 'bound_figure', 'attention_figure', 'split_caption',
            'content_positions', 'LMGrounding', 'train_lm_grounding', 'entities_report', 'train_on_coco_flickr']
 
@@ -839,34 +839,6 @@ ROWS = {
     (ABSENT := "absent (exact, the word fits no object)"): dict(neg="absent"),
 }
 
-def train_row(data: GroundingData, row: str, seed: int, steps: int, batch: int = 50, probes: Sequence[int] = (),
-              img_words: str = "sum", lm: str = "world", lr: float = 2e-3) -> tuple[WordRegionAttention, dict]:
-    """Train one row of Table 2 for one seed: its attention, and its record (the held-out grounding metrics and bound
-    at the end, and at each of the `probes` steps under 'at'). `img_words`: how L_img takes a caption's words
-    (`img_loss`); `lm`: the word model whose features the attention reads."""
-    cfg = ROWS[row]
-    w_tr, w_te = data.tables(lm)
-    seed_everything(seed)
-    text = TextEncoder(data.vocab_size, data.text_dim, 2, 4, data.text_max_length) if cfg.get("text") else None
-    att = WordRegionAttention(data.regions.shape[-1], data.text_dim if text is not None else w_tr.shape[-1], 64)
-    task = GroundingTask(att, data, w_tr, data.negatives[cfg["neg"]] if "neg" in cfg else None, text)
-    dl = DataLoader([{"caption": i} for i in range(len(data.image_of))], batch, shuffle=True, drop_last=True,
-                    generator=torch.Generator().manual_seed(seed))
-    def heldout_words():                   # the held-out captions' features: the frozen table, or the text encoder's
-        if text is None: return w_te
-        was = text.training; text.eval()
-        with torch.no_grad(): out = text(data.heldout.input_ids, data.heldout.attention_mask)
-        text.train(was)
-        return out
-    def probe(t):
-        words = heldout_words()
-        return {**data.heldout.evaluate(t.att, words), "bound": data.heldout.bound(t.att, words)}
-    at = AtSteps(list(probes) or [steps], probe)
-    learn = make_learner(task, CycledBatches(dl, steps), None,                 # exactly `steps` updates, constant lr
-                         lambda out, b: grounding_loss(out, b, img_words=img_words), lr=lr, cbs=[at])
-    with learn.no_bar(), learn.no_logging(): learn.fit(1)
-    return att, at.record()
-
 # %% ../nbs/13_grounding.ipynb #e4c69918
 OTHER_LM = {"world": "minilm", "minilm": "world"}
 PAPER = {"none, LM from random weights": (57.37, 25.66), "none": (66.89, 35.74), "random": (66.92, 36.32),
@@ -883,18 +855,19 @@ def unit_name(row: str, img_words: str = "sum", lm: str = "world", word_lm: str 
     name = row if img_words == "sum" else f"{row}, L_img {img_words} over words"
     return name if lm == word_lm else f"{name}, {lm} word features"
 
-def grounding_units(store, data: GroundingData, rows, seeds: Sequence[int], sizes: dict, probes: int, swap: str,
-                    word_lm: str, img_words: str = "sum", lm: str | None = None) -> dict[str, list[tuple]]:
-    """Every (row, seed) of `rows` x `seeds` trained by `train_row` as a unit of `store` (`cvlc.core.UnitStore`, two at
-    a time from `demo` up, resumed where stored): {row: [(record, attention or None), ...]}; the attention is kept for
-    the first seed of the main row."""
+def grounding_units(store, train: Callable, data: GroundingData, rows, seeds: Sequence[int], sizes: dict, probes: int,
+                    swap: str, word_lm: str, img_words: str = "sum", lm: str | None = None) -> dict[str, list[tuple]]:
+    """Every (row, seed) of `rows` x `seeds` trained by `train` (the chapter's `train_row(data, row, seed, steps, batch,
+    probes, img_words, lm)` -> (attention, record)) as a unit of `store` (`cvlc.core.UnitStore`, two at a time from
+    `demo` up, resumed where stored): {row: [(record, attention or None), ...]}; the attention is kept for the first
+    seed of the main row."""
     lm = lm or word_lm
     def job(row, seed):
         keep = (row, seed, img_words, lm) == (MAIN, seeds[0], "sum", word_lm)
         build = lambda: WordRegionAttention(data.regions.shape[-1], data.tables(lm)[0].shape[-1], 64)
-        train = lambda: train_row(data, row, seed, sizes["steps"], sizes["batch"], probe_steps(sizes["steps"], probes),
-                                  img_words, lm)
-        return (unit_name(row, img_words, lm, word_lm), seed, train, build,
+        fn = lambda: train(data, row, seed, sizes["steps"], sizes["batch"], probe_steps(sizes["steps"], probes),
+                           img_words, lm)
+        return (unit_name(row, img_words, lm, word_lm), seed, fn, build,
                 (ROWS[row], img_words, sizes, probes, swap, lm), keep)
     trained = store.run_models([job(r, s) for r in rows for s in seeds], workers="auto")
     return {r: trained[unit_name(r, img_words, lm, word_lm)] for r in rows}
@@ -907,11 +880,11 @@ class GroundingRuns:
     tried: dict                    # the main and exact rows with L_img's per-word mean (img_words="mean")
     other_lm: list | None          # L_img alone on the other word model's features (None: not run)
 
-def run_experiment(store, data: GroundingData, seeds: Sequence[int], sizes: dict, probes: int, swap: str, word_lm: str,
-                   other_lm: bool = True) -> GroundingRuns:
-    """Table 2's rows for every seed; the main and exact rows again with L_img's per-word mean; L_img alone on the
-    other word model's features (`other_lm`)."""
-    units = functools.partial(grounding_units, store, data, seeds=seeds, sizes=sizes, probes=probes, swap=swap,
+def run_experiment(store, train: Callable, data: GroundingData, seeds: Sequence[int], sizes: dict, probes: int,
+                   swap: str, word_lm: str, other_lm: bool = True) -> GroundingRuns:
+    """Table 2's rows for every seed, each trained by `train` (`grounding_units`); the main and exact rows again with
+    L_img's per-word mean; L_img alone on the other word model's features (`other_lm`)."""
+    units = functools.partial(grounding_units, store, train, data, seeds=seeds, sizes=sizes, probes=probes, swap=swap,
                               word_lm=word_lm)
     recs = lambda t: {r: [rec for rec, _ in u] for r, u in t.items()}
     trained = units(ROWS)
