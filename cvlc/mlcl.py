@@ -759,18 +759,6 @@ class MLCLExperiment:
         self.rand_test = random_candidates(test_set.images, test_set.target, seed=seed + 1,
                                            groups=test_set.configurations)
 
-    def _check_budget_points(self, n: int) -> None:
-        "Every row must reach each budget point at its own update: at its largest batch, the run must be long enough."
-        def points(m: int) -> int:
-            return len(set(budget_steps(max(1, self.S["epochs"] * (m // batch)), self.fractions))) if m >= batch else 0
-        batch = max(self.S["batch"], *self.S["batches"])
-        if points(n) < len(self.fractions):
-            need = next(m for m in range(batch, 100 * batch) if points(m) == len(self.fractions))
-            raise ValueError(f"{n} training matrices make {self.S['epochs'] * (n // batch)} updates per run at batch "
-                             f"{batch}, too few for its {len(self.fractions)} budget points "
-                             f"({', '.join(map(str, self.fractions))} of the run): use at least {need} matrices "
-                             "(MATRICES, or more training files under RAVEN_DIR)")
-
     # ---- units
     def _unit(self, name: str, config: RPMTrainConfig, data, evals: dict, seed: int) -> dict:
         """Train (or resume) one row for one seed: `evaluate` on `evals` at the end and at each budget (under 'at', by
@@ -832,6 +820,20 @@ class MLCLExperiment:
         return self
 
 # %% ../nbs/16_mlcl.ipynb #m16exp004
+@patch
+def _check_budget_points(self: MLCLExperiment, n: int) -> None:
+    "Every row must reach each budget point at its own update: at its largest batch, the run must be long enough."
+    def points(m: int) -> int:
+        return len(set(budget_steps(max(1, self.S["epochs"] * (m // batch)), self.fractions))) if m >= batch else 0
+    batch = max(self.S["batch"], *self.S["batches"])
+    if points(n) < len(self.fractions):
+        need = next(m for m in range(batch, 100 * batch) if points(m) == len(self.fractions))
+        raise ValueError(f"{n} training matrices make {self.S['epochs'] * (n // batch)} updates per run at batch "
+                         f"{batch}, too few for its {len(self.fractions)} budget points "
+                         f"({', '.join(map(str, self.fractions))} of the run): use at least {need} matrices "
+                         "(MATRICES, or more training files under RAVEN_DIR)")
+
+
 @patch
 def methods(self: MLCLExperiment) -> None:
     "CE, AUX-dense, AUX-sparse and MLCL, without and with augmentation: the slides' Tables 1-3."
