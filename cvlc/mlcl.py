@@ -1021,31 +1021,6 @@ def hard_examples(self: MLCLExperiment) -> None:
                       paper="(no numbers: L_mlc focuses on hard examples, not easy ones)")]
     self._claims(gradient_claims)
 
-@patch
-def other_test(self: MLCLExperiment) -> dict:
-    "The other source's test set as an evaluation (`other`), or none."
-    if not self.other: return {}
-    name, _, test = self.other
-    return {f"test on {name}": (test.images, test.target)}
-
-@patch
-def transfer(self: MLCLExperiment) -> None:
-    """The four methods trained on the other source's matrices (`other`), tested on both sources' test sets: with
-    the four rows trained on this run's data, a transfer table. Decides no claim."""
-    name, train, _ = self.other
-    evals = {**self.tests, **self.other_test()}
-    self.run_rows({f"{m}, trained on {name}": (replace(self.base, method=m), train, evals) for m in METHODS},
-                  f"trained on {name}")
-
-@patch
-def transfer_table(self: MLCLExperiment) -> dict:
-    """{method: {training source: {test source: per-seed accuracies}}} of `transfer` (empty without `other`); the
-    sources are 'this run' and the other source's name."""
-    if not self.other: return {}
-    name = self.other[0]
-    on = {"this run": "test", name: f"test on {name}"}
-    return {m: {src: {t: self.acc(row, on=key) for t, key in on.items()}
-                for src, row in (("this run", m), (name, f"{m}, trained on {name}"))} for m in METHODS}
 
 # %% ../nbs/16_mlcl.ipynb #m16exp006
 @patch
@@ -1084,6 +1059,32 @@ def metrics(self: MLCLExperiment, blind: dict) -> dict:
             **({"transfer": self.transfer_table()} if self.other else {}),
             "device": device_name(), "code": self.store.code, "units_computed": len(self.store.computed),
             "units_reused": len(self.store.reused), "unit_devices": self.store.devices()}
+
+@patch
+def other_test(self: MLCLExperiment) -> dict:
+    "The other source's test set as an evaluation (`other`), or none."
+    if not self.other: return {}
+    name, _, test = self.other
+    return {f"test on {name}": (test.images, test.target)}
+
+@patch
+def transfer(self: MLCLExperiment) -> None:
+    """The four methods trained on the other source's matrices (`other`), tested on both sources' test sets: with
+    the four rows trained on this run's data, a transfer table. Decides no claim."""
+    name, train, _ = self.other
+    evals = {**self.tests, **self.other_test()}
+    self.run_rows({f"{m}, trained on {name}": (replace(self.base, method=m), train, evals) for m in METHODS},
+                  f"trained on {name}")
+
+@patch
+def transfer_table(self: MLCLExperiment) -> dict:
+    """{method: {training source: {test source: per-seed accuracies}}} of `transfer` (empty without `other`); the
+    sources are 'this run' and the other source's name."""
+    if not self.other: return {}
+    name = self.other[0]
+    on = {"this run": "test", name: f"test on {name}"}
+    return {m: {src: {t: self.acc(row, on=key) for t, key in on.items()}
+                for src, row in (("this run", m), (name, f"{m}, trained on {name}"))} for m in METHODS}
 
 # %% ../nbs/16_mlcl.ipynb #m16exp003
 METHOD_NAMES = {"ce": "CE", "aux_dense": "AUX-dense", "aux_sparse": "AUX-sparse", "mlcl": "MLCL",
