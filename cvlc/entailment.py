@@ -6,21 +6,26 @@ Docs: https://cvlc-course.github.io/cvlc/entailment.html.md"""
 
 # %% auto #0
 __all__ = ['HYPOTHESIS_KINDS', 'THETA', 'ROWS', 'HEAD_OF', 'T3', 'PAPER_T3', 'CLAIMS', 'USUAL', 'ENH', 'ALPHA_ROWS',
-           'RETRIEVAL_ROWS', 'REPORTED', 'KS', 'weaken', 'EntailmentExample', 'entailment_examples', 'CrossBlock',
-           'Reader', 'GateUnit', 'mlp_classifier', 'BankText', 'EntailmentClassifier', 'entailment_loss',
-           'entailment_set', 'concat_sets', 'EntailmentBatches', 'mask_patches', 'ImageMasking', 'ClassifierConfig',
-           'predict_entailment', 'train_classifier', 'DualEncoder', 'retrieval_loss', 'PairBatches', 'WeakOfBatch',
-           'RetrievalConfig', 'train_retrieval', 'similarity', 'retrieval_report', 'find_entailed', 'EntailmentData',
-           'entailment_data', 'EntailmentRun', 'run_experiment', 'table3_claims', 'retrieval_claims',
-           'experiment_claims', 'entailment_metrics', 'seed_values', 'table3_table', 'table3_scores', 'retrieval_table',
-           'kinds_table', 'fit_table', 'recall_figure', 'alpha_values', 'recorded_alpha_values', 'alpha_figure',
-           'findings', 'train_on_karpathy', 'nli_examples', 'train_classifier_on_nli']
+           'RETRIEVAL_ROWS', 'REPORTED', 'KS', 'entailment_sizes', 'KarpathyData', 'read_karpathy_retrieval', 'NLIData',
+           'read_nli_data', 'read_real_data', 'world_links', 'link_counts', 'many_to_many_counts', 'weaken',
+           'EntailmentExample', 'entailment_examples', 'CrossBlock', 'Reader', 'GateUnit', 'mlp_classifier', 'BankText',
+           'EntailmentClassifier', 'entailment_loss', 'entailment_set', 'concat_sets', 'EntailmentBatches',
+           'mask_patches', 'ImageMasking', 'ClassifierConfig', 'predict_entailment', 'train_classifier', 'DualEncoder',
+           'retrieval_loss', 'RetrievalText', 'PairBatches', 'WeakOfBatch', 'RetrievalConfig', 'train_retrieval',
+           'similarity', 'retrieval_report', 'chance_report', 'find_entailed', 'EntailmentData', 'entailment_data',
+           'WeakLabels', 'EntailmentRun', 'run_experiment', 'table3_claims', 'retrieval_claims', 'many_to_many_claims',
+           'added_claims', 'experiment_claims', 'entailment_metrics', 'seed_values', 'table3_table',
+           'table3_budget_table', 'table3_scores', 'retrieval_table', 'record_chance', 'kinds_table', 'fit_table',
+           'recall_figure', 'alpha_values', 'recorded_alpha_values', 'alpha_figure', 'findings', 'half_state',
+           'classifier_from_weights', 'karpathy_retrieval', 'train_on_karpathy', 'nli_examples', 'nli_classifiers',
+           'train_classifier_on_nli']
 
 # %% ../nbs/15_entailment.ipynb #e15c0005
 from .core import require_extra
 require_extra("course", "fastai", by="cvlc.entailment")   # a clear message, not a bare ImportError
 
 # %% ../nbs/15_entailment.ipynb #e15c0006
+import collections
 import copy
 import dataclasses
 import json
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from fastai.callback.core import Callback
 
-from .core import device_name, seed_everything
+from .core import by_profile, device_name, seed_everything
 from .data import ScaledImages, caption_truth, load_karpathy, load_nli, read_images
 from .losses import contrastive
 from .metrics import (claim, claim_lines, entail_at_k, markdown_table, mean_sd, pm, precision_recall_fbeta,
@@ -46,7 +51,192 @@ from .metrics import (claim, claim_lines, entail_at_k, markdown_table, mean_sd, 
 from .models import HFTextEncoder, ProjectionHead, SentenceBank, VisualStream, masked_mean
 from .training import (AtSteps, WeakPositives, at_budget, budget_steps, embed, fit_steps, index_batches,
                            torch_optimizer)
-from .world import ATTRS, LF, caption_text, entails, image_tensor, truth_matrix
+from .world import ATTRS, LF, caption_text, entails, image_tensor, make_world, truth_matrix
+
+# %% ../nbs/15_entailment.ipynb #e15s0001
+def entailment_sizes(profile: str, seeds: int = 3) -> dict:
+    "The chapter's sizes at `profile` ('smoke', 'demo', 'paper' or 'full'): data, updates, batches and models."
+    P = profile
+    return dict(
+        classifier_images=by_profile(P, smoke=60, demo=400, paper=3000, full=6000),  # in three: TE, VE and MME data
+        # the retrieval dataset whose hidden positives we look for
+        retrieval_images=by_profile(P, smoke=100, demo=1000, paper=3000, full=20000),
+        test_images=by_profile(P, smoke=50, demo=400, paper=1000, full=1000),
+        hypotheses_per_image=6,
+        classifier_steps=by_profile(P, smoke=15, demo=150, paper=1000, full=6000),  # updates per classifier
+        retrieval_steps=by_profile(P, smoke=15, demo=100, paper=1200, full=8000),
+        batch=by_profile(P, smoke=32, demo=16, paper=32, full=96),                  # the paper's classifier batch: 96
+        # captions per image the classifier checks (the paper: top 30)
+        candidates=by_profile(P, smoke=5, demo=10, paper=30, full=30),
+        seeds=by_profile(P, smoke=1, demo=seeds, paper=seeds, full=seeds),
+        # the dual encoder's visual stream, which the classifier's visual module reads (frozen): a small CNN without
+        # the self-attention layer up to the paper profile, which would cost as much again on a CPU
+        visual=by_profile(P, smoke=dict(dim=64, widths=(16, 32, 64), attention=False),
+                          demo=dict(dim=64, widths=(32, 64, 64), attention=False),
+                          paper=dict(dim=64, widths=(32, 64, 64), attention=False),
+                          full=dict(dim=128, widths=(32, 64, 128), attention=True)),
+    )
+
+
+# %% ../nbs/15_entailment.ipynb #e15s0002
+def _draw(items: Sequence, n: int | None, rng: random.Random) -> list:
+    "A seeded draw of `n` of `items`, kept in their order (all of them when `n` is None or not smaller)."
+    if n is None or n >= len(items): return list(items)
+    keep = set(rng.sample(range(len(items)), n))
+    return [x for i, x in enumerate(items) if i in keep]
+
+def _missing_files(folder: Path, names: Sequence[str], what: str) -> None:
+    "An error naming `folder` and the first files of `names` it lacks."
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise ValueError(f"{what}: {len(missing)} of its {len(names)} images are not under {folder} "
+                         f"(e.g. {missing[:3]})")
+
+@dataclass
+class KarpathyData:
+    "A Karpathy split file read for retrieval: the drawn images of each split, their entailed pairs, what was read."
+    path: Path
+    image_dir: Path
+    images: dict        # 'train' (restval included) and 'test' -> [CaptionedImage], in the file's order
+    weak: dict          # split -> images x captions (bool, captions in image order): entailed pairs, links excluded
+    said: str
+
+def read_karpathy_retrieval(split_json, image_dir, weak_pairs=None, sizes: Mapping[str, int] | None = None,
+                            seed: int = 0) -> KarpathyData:
+    """Read a Karpathy split file (COCO or Flickr30K) for retrieval, checked against the other files before any
+    training: its train split (restval included) and its test split, each a seeded draw of `sizes[split]` images
+    (None: all); every drawn image must be under `image_dir`. `weak_pairs`, the entailed pairs: a JSON list of
+    [image id, sentid], where the image id is the one `load_karpathy` reads, a record's `cocoid` where it has one
+    (COCO), else its `imgid` (Flickr30K: the record's index in the file, not the photo id). A pair naming an id the
+    file lacks is an error that names both files."""
+    f, image_dir = Path(split_json), Path(image_dir)
+    every = load_karpathy(f)[0]
+    pairs, said_weak = [], ""
+    if weak_pairs is not None:
+        wf = Path(weak_pairs)
+        try: pairs = json.loads(wf.read_text())
+        except (OSError, ValueError) as e: raise ValueError(f"WEAK_PAIRS {wf}: cannot be read as JSON ({e})") from None
+        is_id = lambda x: isinstance(x, int) and not isinstance(x, bool)
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and all(map(is_id, p))
+                                                  for p in pairs):
+            raise ValueError(f"WEAK_PAIRS {wf}: expected a JSON list of [image id, sentid] pairs of integers")
+        img_ids, sent_ids = {im.image_id for im in every}, {c for im in every for c in im.caption_ids}
+        bad_i, bad_s = [p[0] for p in pairs if p[0] not in img_ids], [p[1] for p in pairs if p[1] not in sent_ids]
+        if bad_i or bad_s:
+            raise ValueError(
+                f"WEAK_PAIRS {wf}: of its {len(pairs)} pairs, {len(bad_i)} name an image id that KARPATHY {f} does not "
+                f"have (e.g. {bad_i[:3]}) and {len(bad_s)} a sentid it does not have (e.g. {bad_s[:3]}); the image "
+                "id is the record's cocoid where it has one (COCO), else its imgid (Flickr30K: the record's index in "
+                "the file, not the photo id)")
+    rng, images, total = random.Random(seed), {}, {}
+    for sp in ("train", "test"):
+        ims = [im for im in every if im.split == sp]
+        if not ims: raise ValueError(f"KARPATHY {f} has no {sp!r} images")
+        total[sp], images[sp] = len(ims), _draw(ims, None if sizes is None else sizes[sp], rng)
+    _missing_files(image_dir, [im.file_name for ims in images.values() for im in ims], f"KARPATHY {f}")
+    weak, kept = {}, {}
+    for sp, ims in images.items():
+        row = {im.image_id: i for i, im in enumerate(ims)}
+        col = {sid: j for j, sid in enumerate(sid for im in ims for sid in im.caption_ids)}
+        w = torch.zeros(len(ims), len(col), dtype=torch.bool)
+        for i, sid in pairs:
+            if i in row and sid in col: w[row[i], col[sid]] = True
+        weak[sp] = w & ~torch.from_numpy(caption_truth(ims))
+        kept[sp] = int(weak[sp].sum())
+    splits = collections.Counter(im.split for im in every)
+    said = (f"KARPATHY {f}: {len(every)} images ({', '.join(f'{s} {n}' for s, n in splits.items())}); drawn (seed "
+            f"{seed}): train {len(images['train'])} of {total['train']}, test {len(images['test'])} of "
+            f"{total['test']}; images under {image_dir}")
+    if weak_pairs is not None:
+        said += (f"\nWEAK_PAIRS {Path(weak_pairs)}: {len(pairs)} pairs, each naming an image and a sentid of the file; "
+                 f"{kept['train']} entailed pairs among the drawn train images, {kept['test']} among the test ones")
+    return KarpathyData(f, image_dir, images, weak, said)
+
+
+# %% ../nbs/15_entailment.ipynb #e15s0003
+@dataclass
+class NLIData:
+    "SNLI and SNLI-VE pairs (drawn) and the Flickr30K images (with their captions) that the SNLI-VE pairs name."
+    te: list            # NLIPair: SNLI train
+    ve: list            # NLIPair: SNLI-VE train
+    test: list          # NLIPair: SNLI-VE test
+    flickr: list        # CaptionedImage: the premise images, in the Karpathy file's order
+    image_dir: Path
+    said: str
+
+def read_nli_data(snli, snli_ve_train, snli_ve_test, flickr_karpathy, flickr_images,
+                  sizes: Mapping[str, int] | None = None, seed: int = 0) -> NLIData:
+    """Read the classifier's real data, checked against each other before any training: SNLI (TE), SNLI-VE train (VE
+    and MME) and test, each a seeded draw of `sizes['te' | 've' | 'test']` labelled pairs (None: all). Every SNLI-VE
+    pair's Flickr30K_ID must be the stem of a `filename` of the Flickr30K Karpathy file, and the image must be under
+    `flickr_images`: a mismatch is an error that names the files."""
+    kf = Path(flickr_karpathy)
+    flickr = {Path(im.file_name).stem: im for im in load_karpathy(kf)[0]}
+    read = {"te": load_nli(snli)[0], "ve": load_nli(snli_ve_train)[0], "test": load_nli(snli_ve_test)[0]}
+    for k, name, f in (("ve", "SNLI_VE_TRAIN", snli_ve_train), ("test", "SNLI_VE_TEST", snli_ve_test)):
+        if not read[k]: raise ValueError(f"{name} {f}: no labelled pair")
+        if (none := sum(p.image_id is None for p in read[k])):
+            raise ValueError(f"{name} {f}: {none} of its pairs have no Flickr30K_ID (SNLI lines, not SNLI-VE?)")
+        if (missing := sorted({p.image_id for p in read[k]} - flickr.keys())):
+            raise ValueError(f"{name} {f}: {len(missing)} of its images (Flickr30K_ID, e.g. {missing[:3]}) are not in "
+                             f"FLICKR_KARPATHY {kf} (read as the stem of each record's filename)")
+    rng = random.Random(seed)
+    drawn = {k: _draw(ps, None if sizes is None else sizes[k], rng) for k, ps in read.items()}
+    need = {p.image_id for k in ("ve", "test") for p in drawn[k]}
+    images = [im for stem, im in flickr.items() if stem in need]
+    _missing_files(Path(flickr_images), [im.file_name for im in images], f"FLICKR_KARPATHY {kf}")
+    said = (f"SNLI {Path(snli)}: {len(drawn['te'])} of {len(read['te'])} labelled pairs; SNLI_VE_TRAIN "
+            f"{Path(snli_ve_train)}: {len(drawn['ve'])} of {len(read['ve'])}; SNLI_VE_TEST {Path(snli_ve_test)}: "
+            f"{len(drawn['test'])} of {len(read['test'])} (drawn, seed {seed})\nFLICKR_KARPATHY {kf}: the "
+            f"{len(images)} premise images of those pairs, of its {len(flickr)}, under {Path(flickr_images)}")
+    return NLIData(drawn["te"], drawn["ve"], drawn["test"], images, Path(flickr_images), said)
+
+def read_real_data(karpathy=None, images=None, weak_pairs=None, snli=None, snli_ve_train=None, snli_ve_test=None,
+                   flickr_karpathy=None, flickr_images=None, sizes: Mapping | None = None, seed: int = 0) -> dict:
+    """The chapter's real-data parameters read and checked before any training: {'karpathy': `KarpathyData` or None,
+    'nli': `NLIData` or None}, each saying what it read. `sizes`: the chapter's sizes (`entailment_sizes`), whose
+    numbers of images the draws take (None, the full profile: every record)."""
+    if (karpathy is None) != (images is None) or (weak_pairs is not None and karpathy is None):
+        raise ValueError(f"KARPATHY and IMAGES go together (WEAK_PAIRS needs both): got KARPATHY={karpathy!r}, "
+                         f"IMAGES={images!r}, WEAK_PAIRS={weak_pairs!r}")
+    nli = dict(SNLI=snli, SNLI_VE_TRAIN=snli_ve_train, SNLI_VE_TEST=snli_ve_test, FLICKR_KARPATHY=flickr_karpathy,
+               FLICKR_IMAGES=flickr_images)
+    if any(v is not None for v in nli.values()) and any(v is None for v in nli.values()):
+        raise ValueError(f"the classifier's real data needs all of {list(nli)}; missing "
+                         f"{[k for k, v in nli.items() if v is None]}")
+    S = sizes
+    out = {"karpathy": None if karpathy is None else read_karpathy_retrieval(
+               karpathy, images, weak_pairs, S and dict(train=S["retrieval_images"], test=S["test_images"]), seed),
+           "nli": None if snli is None else read_nli_data(
+               *nli.values(), S and dict(te=S["classifier_images"] // 3 * S["hypotheses_per_image"],
+                                         ve=S["classifier_images"] // 3 * S["hypotheses_per_image"],
+                                         test=S["test_images"] // 2 * S["hypotheses_per_image"]), seed)}
+    for v in out.values():
+        if v is not None: print(v.said)
+    return out
+
+
+# %% ../nbs/15_entailment.ipynb #e15m0001
+def world_links(world) -> tuple[Tensor, Tensor]:
+    """The world's images x linked captions (label 1, in the world's order): which pairs are true, and which linked."""
+    caps = [c for c in world.captions if c.label == 1]
+    truth = torch.from_numpy(world.truth([c.lf for c in caps]) == 1)
+    linked = torch.zeros_like(truth)
+    linked[[c.image_id for c in caps], torch.arange(len(caps))] = True
+    return truth, linked
+
+def link_counts(truth: Tensor, linked: Tensor) -> dict[str, float]:
+    """How many images a caption is true of and how many true captions an image has (medians, and the largest), and
+    the same counted on the links."""
+    med = lambda x: float(x.float().median())
+    return {"images per caption": med(truth.sum(0)), "captions per image": med(truth.sum(1)),
+            "images per caption (links)": med(linked.sum(0)), "captions per image (links)": med(linked.sum(1)),
+            "max images per caption": int(truth.sum(0).max()), "max captions per image": int(truth.sum(1).max())}
+
+def many_to_many_counts(n_images: int, seeds: Sequence[int], offset: int = 1000) -> list[dict]:
+    "`link_counts` of each seed's test world, `make_world(n_images, seed=seed + offset)` (the chapter's test split)."
+    return [link_counts(*world_links(make_world(n_images, seed=sd + offset))) for sd in seeds]
+
 
 # %% ../nbs/15_entailment.ipynb #e15c0015
 HYPOTHESIS_KINDS = ("generalised", "linked", "edited", "other")
@@ -191,11 +381,12 @@ class BankText(nn.Module):
 class EntailmentClassifier(nn.Module):
     """Textual module (hypothesis reads the premise captions), visual module (hypothesis reads the image grid), gate
     unit, and one two-class MLP per hidden state; `forward(batch)` gives logits 't', 'v', 'm' and the visual
-    attention."""
+    attention. `text` encodes the sentences for both modules, unless `textual` encodes them for the textual one."""
     def __init__(self, text: nn.Module, dim: int = 128, layers: int = 2, visual: VisualStream | None = None,
-                 freeze_visual: bool = False):
+                 freeze_visual: bool = False, textual: nn.Module | None = None):
         super().__init__()
         self.text = text
+        self.textual = textual           # the textual module's own sentence encoder (None: `text`, as the visual one)
         self.visual = visual if visual is not None else VisualStream(dim)
         if self.visual.dim != dim: raise ValueError(f"the visual stream's width ({self.visual.dim}) must be dim={dim}")
         self.freeze_visual = freeze_visual
@@ -209,7 +400,7 @@ class EntailmentClassifier(nn.Module):
         """Token states of the premise captions (B, P sentence ids, -1 = none), concatenated after the empty-premise
         token."""
         B, Pn = ids.shape
-        h, m = self.text(ids.clamp_min(0).flatten())
+        h, m = (self.text if self.textual is None else self.textual)(ids.clamp_min(0).flatten())
         m = m & (ids.flatten() >= 0)[:, None].to(m.device)
         h, m = h.reshape(B, Pn * h.shape[1], -1), m.reshape(B, -1)
         return torch.cat([self.empty.expand(B, -1, -1), h], 1), torch.cat([m.new_ones(B, 1), m], 1)
@@ -241,7 +432,8 @@ class EntailmentClassifier(nn.Module):
 
     def forward(self, b: dict) -> dict:
         hyp = self.text(b["hypothesis"])
-        h_t, _ = self.read_t(*hyp, *self.premise(b["premise"]))
+        hyp_t = hyp if self.textual is None else self.textual(b["hypothesis"])
+        h_t, _ = self.read_t(*hyp_t, *self.premise(b["premise"]))
         h_v, attn = self.ve(hyp, b["image"], b.get("tokens"))
         return dict(t=self.head_t(h_t), v=self.head_v(h_v), m=self.head_m(self.gate(h_t, h_v)), attn=attn)
 
@@ -340,6 +532,8 @@ class ClassifierConfig:
     masking: bool = True
     freeze_visual: bool = True
     cache_tokens: bool = True       # a frozen visual stream's grid tokens once per image (N x h*w x dim floats)
+    textual: str = "bank"           # the textual module reads 'bank': the pretrained MiniLM's token states (BankText),
+                                    # or 'retrieval': the dual encoder's caption embeddings (RetrievalText, "w/o BERT")
 
 @torch.no_grad()
 def predict_entailment(
@@ -363,18 +557,26 @@ def train_classifier(
     visual: VisualStream | None = None,
     text: Callable[[SentenceBank, int], nn.Module] = BankText,
     cbs: Sequence[Callback] = (),
+    textual: Callable[[SentenceBank, int], nn.Module] | None = None,
 ) -> EntailmentClassifier:
     """Train an EntailmentClassifier on a (concatenated) entailment set for exactly `config.steps` updates (one-cycle
     schedule);
-    its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight;
+    its text module is `text(bank, config.dim)`, built after seeding so that `seed` fixes every initial weight, and
+    `textual(bank, config.dim)`, where given, the textual module's own (`config.textual='retrieval'` needs it);
     `cbs`: more fastai callbacks (a `cvlc.training.AtSteps`, say)."""
     config = config or ClassifierConfig()
+    if config.textual not in ("bank", "retrieval"):
+        raise ValueError(f"config.textual must be 'bank' or 'retrieval', got {config.textual!r}")
+    if config.textual == "retrieval" and textual is None:
+        raise ValueError("config.textual='retrieval' needs textual=, say lambda bank, dim: RetrievalText(dual, dim)")
     seed_everything(seed)
+    txt = text(bank, config.dim)
     model = EntailmentClassifier(
-        text(bank, config.dim),
+        txt,
         config.dim,
         visual=copy.deepcopy(visual) if visual is not None else None,
         freeze_visual=config.freeze_visual and visual is not None,
+        textual=None if textual is None else textual(bank, config.dim),
     )
     tokens = model.image_tokens(images) if model.freeze_visual and config.cache_tokens else None
     fit_steps(
@@ -420,25 +622,52 @@ def retrieval_loss(out: dict, b: dict) -> Tensor:
     cand = ~b["entailed"].to(L.device) | pos
     return (contrastive(L, pos, cand) + contrastive(L.T, pos, cand.T)) / 2
 
+# %% ../nbs/15_entailment.ipynb #e15b0001
+class RetrievalText(nn.Module):
+    """Sentence ids -> a trained dual encoder's caption embeddings (frozen), one token per sentence, projected to the
+    model width: the retrieval model's own text encoder as the textual module's input (Table 3's "w/o BERT")."""
+    def __init__(self, dual: DualEncoder, dim: int):
+        super().__init__()
+        self.bank, self.head = dual.bank, copy.deepcopy(dual.txt).requires_grad_(False)
+        self.proj, self.norm = nn.Linear(self.head.net[-1].out_features, dim), nn.LayerNorm(dim)
+    def forward(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        h, m = self.bank(ids)
+        dev = self.proj.weight.device
+        with torch.no_grad(): z = self.head(masked_mean(h.to(dev), m.to(dev)))      # as DualEncoder.encode_text
+        return self.norm(self.proj(z))[:, None], torch.ones(len(z), 1, dtype=torch.bool, device=dev)
+
+
 # %% ../nbs/15_entailment.ipynb #e15c0045
 class PairBatches:
-    """Batches of linked (image, caption) pairs, shuffled each epoch; `entailed` marks the in-batch pairs known to be
-    true (excluded as negatives)."""
+    """Batches of linked (image, caption) pairs, shuffled each epoch; `entailed` marks the in-batch pairs that are no
+    negatives: every linked pair (another caption of the same image; in a weak batch, a caption linked to another of
+    its images) and the pairs of `known` (true: excluded as negatives). `linked_negatives=True` keeps the batches of
+    the chapter's first paper run: linked pairs are negatives, except the same image's captions where `known` is
+    given."""
 
     def __init__(
-        self, pairs: Tensor, images: Tensor, caption_ids: Tensor, known: Tensor | None, batch_size: int, seed: int = 0
+        self, pairs: Tensor, images: Tensor, caption_ids: Tensor, known: Tensor | None, batch_size: int, seed: int = 0,
+        linked_negatives: bool = False,
     ):
         if pairs.ndim != 2 or pairs.shape[1] != 2:
             raise ValueError(f"pairs must be (n, 2) (image, caption) indices, got {tuple(pairs.shape)}")
         if len(pairs) < batch_size: raise ValueError(f"{len(pairs)} pairs are fewer than one batch of {batch_size}")
         self.pairs, self.images, self.cids, self.known = pairs, images, caption_ids, known
         self.bs, self.g = batch_size, torch.Generator().manual_seed(seed)
+        self.linked_negatives, self.n_cap = linked_negatives, len(caption_ids)
+        self.keys = torch.unique(pairs[:, 0] * self.n_cap + pairs[:, 1])       # the linked pairs, one number each
     def __len__(self) -> int: return len(self.pairs) // self.bs
+    def linked(self, img: Tensor, cap: Tensor) -> Tensor:
+        "Which (img[i], cap[j]) are linked pairs: (len(img), len(cap)) bool."
+        return torch.isin(img[:, None] * self.n_cap + cap[None, :], self.keys)
     def batch(self, img: Tensor, cap: Tensor) -> dict:
         "The batch of pairs (img[i], cap[i])."
-        # as usual: every other pair is negative
-        if self.known is None: ent = torch.zeros(len(img), len(img), dtype=torch.bool)
-        else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])  # + another caption of the same image
+        if self.linked_negatives:                                 # the first paper run's batches
+            if self.known is None: ent = torch.zeros(len(img), len(img), dtype=torch.bool)
+            else: ent = self.known[img][:, cap] | (img[:, None] == img[None, :])
+        else:
+            ent = self.linked(img, cap)                           # a linked pair is never a negative
+            if self.known is not None: ent = ent | self.known[img][:, cap]
         return dict(image=self.images[img], caption=self.cids[cap], entailed=ent, img=img)
     def __iter__(self):
         for idx in index_batches(len(self.pairs), self.bs, self.g):
@@ -466,6 +695,8 @@ class WeakOfBatch(WeakPositives):
         cap = [int(self.rows[i][torch.randint(len(self.rows[i]), (1,), generator=self.g)]) for i in imgs]
         return self.batches.batch(torch.tensor(imgs), torch.tensor(cap))
 
+
+# %% ../nbs/15_entailment.ipynb #e15c0145
 @dataclass
 class RetrievalConfig:
     "Training settings and visual-stream sizes of the dual encoder (`dim` is also the classifier's width)."
@@ -478,17 +709,18 @@ class RetrievalConfig:
     widths: tuple = (32, 64, 128)
     attention: bool = True       # the visual stream's self-attention layer
     bar: bool = False            # fastai's progress bar (the full profile's long runs)
+    linked_negatives: bool = False   # True: the first paper run's batches (see PairBatches)
 
 def train_retrieval(pairs: Tensor, images: Tensor, caption_ids: Tensor, bank: SentenceBank, known: Tensor | None = None,
                     weak: Tensor | None = None, config: RetrievalConfig | None = None, seed: int = 0,
                     cbs: Sequence[Callback] = ()) -> DualEncoder:
     """Train a DualEncoder on linked pairs; `known` (images x captions, bool): pairs never used as negatives; `weak`:
-    pairs trained on as weak positives (WeakOfBatch, at `config.alpha` x lr). Both None: training as usual. `cbs`: more
-    fastai callbacks."""
+    pairs trained on as weak positives (WeakOfBatch, at `config.alpha` x lr). Both None: training as usual (where no
+    linked pair is a negative either). `cbs`: more fastai callbacks."""
     config = config or RetrievalConfig()
     seed_everything(seed)
     model = DualEncoder(bank, config.dim, widths=config.widths, attention=config.attention)
-    dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed)
+    dl = PairBatches(pairs, images, caption_ids, known, config.batch_size, seed, config.linked_negatives)
     fit_steps(
         model,
         dl,
@@ -528,6 +760,32 @@ def retrieval_report(sim: Tensor, linked: Tensor, truth: Tensor, ks: Sequence[in
     out["generality@10"] = float(truth.float().mean(0)[sim.topk(min(10, sim.shape[1]), dim=1).indices].mean())
     return out
 
+# %% ../nbs/15_entailment.ipynb #e15k0001
+def _hit_chance(pos: Tensor, k: int) -> Tensor:
+    "Per query: the chance that a uniformly random ranking of the candidates puts one of its positives in its top k."
+    n, p = pos.shape[1], pos.sum(1).double()
+    miss = torch.ones_like(p)
+    for j in range(k): miss = miss * ((n - p - j) / (n - j)).clamp_min(0)
+    return 1 - miss
+
+def chance_report(linked: Tensor, truth: Tensor, ks: Sequence[int] = (1, 5, 10),
+                  specific: Tensor | None = None) -> dict[str, float]:
+    """What `retrieval_report` expects of a uniformly random ranking, score by score: Recall@K the mean chance of a
+    positive in the top K (over the queries with one), Entail@K and generality@10 the density of true pairs."""
+    out = {}
+    for lab, pos in (("linked", linked), ("truth", truth)):
+        for d, P in (("TR", pos), ("IR", pos.T)):
+            has = P.any(1)
+            out |= {f"{d}@{k} {lab}": float(_hit_chance(P[has], k).mean()) for k in ks}
+    if specific is not None:
+        P = truth & specific[None]
+        out |= {f"TR@{k} specific": float(_hit_chance(P[P.any(1)], k).mean()) for k in ks}
+    for k in dict.fromkeys((*ks, 30)):
+        if k <= truth.shape[1]: out[f"E@{k}"] = float(truth.double().mean())
+    out["generality@10"] = float(truth.double().mean())
+    return out
+
+
 # %% ../nbs/15_entailment.ipynb #e15l0003
 def find_entailed(classifier: EntailmentClassifier, sim: Tensor, linked: Tensor, premises: Sequence[Sequence[str]],
                   captions: Sequence[str], bank: SentenceBank, images: Tensor, k: int = 30, threshold: float = 0.5,
@@ -552,12 +810,13 @@ def find_entailed(classifier: EntailmentClassifier, sim: Tensor, linked: Tensor,
 # Table 3's rows: the sources a classifier trains on, the head it is scored by, what its configuration changes
 ROWS = {"Only TE": (("te",), "t", {}), "Only VE": (("ve",), "v", {}), "Ours": (("te", "ve", "mme"), "m", {}),
         "w/o image masking": (("te", "ve", "mme"), "m", dict(masking=False)),
-        "w/o VE data": (("te", "mme"), "m", {}), "w/o TE data": (("ve", "mme"), "m", {})}
+        "w/o VE data": (("te", "mme"), "m", {}), "w/o TE data": (("ve", "mme"), "m", {}),
+        "w/o BERT": (("te", "ve", "mme"), "m", dict(textual="retrieval"))}
 HEAD_OF = {"te": "t", "ve": "v", "mme": "m"}                       # the head each source's indicator trains (Eq. 12)
 T3 = ("accuracy", "precision", "recall", "f0.5")
 PAPER_T3 = {"Only TE": (71.1, 65.0, 90.9, 68.9), "Only VE": (72.3, 66.9, 87.5, 70.2), "Ours": (78.1, 80.2, 74.3, 78.9),
             "w/o image masking": (78.4, 77.7, 79.4, 78.0), "w/o VE data": (66.4, 62.5, 81.9, 65.6),
-            "w/o TE data": (77.7, 74.2, 84.6, 76.1)}     # accuracy, precision, recall, F0.5 (%), Table 3
+            "w/o TE data": (77.7, 74.2, 84.6, 76.1), "w/o BERT": (76.5, 72.4, 85.1, 74.6)}   # acc, P, R, F0.5 (%)
 CLAIMS = [("gated-beats-textual", "the gated model beats the textual module alone", "Ours", "Only TE", "f0.5"),
           ("gated-beats-visual", "the gated model beats the visual module alone", "Ours", "Only VE", "f0.5"),
           ("masking-raises-precision", "image masking raises precision", "Ours", "w/o image masking", "precision"),
@@ -590,6 +849,10 @@ class EntailmentData:
     test_truth: Tensor
     specific: Tensor
 
+    def chance(self) -> dict:
+        "`chance_report` of the test split: what a random ranking scores."
+        return chance_report(self.test_linked, self.test_truth, specific=self.specific)
+
     def test_report(self, model: DualEncoder) -> dict:
         "`retrieval_report` of a dual encoder on the test split (specific: captions true of few of its images)."
         return retrieval_report(similarity(model, self.test_images, self.test_cids), self.test_linked, self.test_truth,
@@ -602,9 +865,7 @@ def entailment_data(world, test_world, first: int, data_rows: Mapping[str, list]
     caption true of at most a `specific` share of the images is specific."""
     ret_caps = [c for c in world.captions if c.label == 1 and c.image_id >= first]
     test_caps = [c for c in test_world.captions if c.label == 1]
-    test_truth = torch.from_numpy(test_world.truth([c.lf for c in test_caps]) == 1)
-    test_linked = torch.zeros_like(test_truth)
-    test_linked[[c.image_id for c in test_caps], torch.arange(len(test_caps))] = True
+    test_truth, test_linked = world_links(test_world)
     ret_pairs = torch.tensor([[c.image_id - first, j] for j, c in enumerate(ret_caps)])
     ret_truth = torch.from_numpy(truth_matrix(world.scenes[first:], [c.lf for c in ret_caps]) == 1)
     ret_linked = torch.zeros_like(ret_truth)
@@ -620,17 +881,32 @@ def entailment_data(world, test_world, first: int, data_rows: Mapping[str, list]
 
 # %% ../nbs/15_entailment.ipynb #e15l0007
 @dataclass
+class WeakLabels:
+    "One seed's hidden positives (step 3): the candidate pairs its gated classifier judged, and what it found."
+    checked: Tensor                   # the candidate (image, caption) pairs it judged
+    found: Tensor                     # those it judged entailed: the weak positives
+    exact_weak: Tensor                # those that are true: what a perfect classifier would find
+    quality: dict                     # precision and recall of its labels on the candidates
+    candidates_true: float            # the share of the candidates that are true
+
+@dataclass
 class EntailmentRun:
     "What `run_experiment` gives: every row's records per seed, and the weak positives of step 3."
     table3: dict                      # Table 3's row -> one record per seed (AtSteps': the scores at each budget)
     reports: dict                     # retrieval row -> one test report per seed (the same)
     baselines: dict                   # seed -> its dual encoder trained as usual
-    classifier: EntailmentClassifier  # the first seed's gated model, which finds the weak positives
-    checked: Tensor                   # the candidate (image, caption) pairs it judged
-    found: Tensor                     # those it judged entailed: the weak positives
-    exact_weak: Tensor                # those that are true: what a perfect classifier would find
-    weak_quality: dict                # precision and recall of its labels on the candidates
-    candidates_true: float            # the share of the candidates that are true
+    classifier: EntailmentClassifier  # the first seed's gated model
+    checked: Tensor                   # the first seed's candidate pairs ...
+    found: Tensor                     # ... those its classifier judged entailed: its weak positives
+    exact_weak: Tensor                # ... those that are true: what a perfect classifier would find
+    weak_quality: dict                # ... and the precision and recall of its labels on the candidates
+    candidates_true: float            # the share of the first seed's candidates that are true
+    weak: list = dataclasses.field(default_factory=list)          # each seed's WeakLabels
+    many_to_many: list = dataclasses.field(default_factory=list)  # each seed's test world's `link_counts`
+    chance: dict = dataclasses.field(default_factory=dict)        # `chance_report` of the test split
+    fractions: tuple = ()                                          # the budgets the models were scored at
+    shared_classifier: bool = False   # every seed's weak positives are the first seed's
+    linked_negatives: bool = False    # the first paper run's batches (PairBatches)
 
     @property
     def probs(self) -> dict:
@@ -638,12 +914,15 @@ class EntailmentRun:
         return {n: {h: torch.tensor(v) for h, v in rs[0]["probs"].items()} for n, rs in self.table3.items()}
 
 def run_experiment(data: EntailmentData, ccfg: ClassifierConfig, rcfg: RetrievalConfig, seeds: Sequence[int],
-                   fractions: Sequence[float], candidates: int, store, key=None, workers="auto") -> EntailmentRun:
+                   fractions: Sequence[float], candidates: int, store, key=None, workers="auto",
+                   shared_classifier: bool = False, counts: Sequence[Mapping] | None = None) -> EntailmentRun:
     """Steps 1-4, each (row, seed) a resumable unit of `store` (`cvlc.core.UnitStore`), each model scored at the
-    `fractions` of its updates: (1) dual encoders as usual; (2) Table 3's classifiers on each seed's visual stream;
-    (3) the first seed's gated classifier judges the usual model's top `candidates` captions of each retrieval image;
-    (4) dual encoders with those weak positives, and with the exact labels of the same candidates at alpha 0.3, 1 and
-    0. `key`: more configuration that names a unit (the chapter's sizes)."""
+    `fractions` of its updates: (1) dual encoders as usual; (2) Table 3's classifiers on each seed's visual stream
+    ("w/o BERT" on its text encoder too); (3) each seed's gated classifier judges its usual model's top `candidates`
+    captions of each retrieval image (`shared_classifier`: the first seed's classifier and candidates serve every
+    seed); (4) dual encoders with those weak positives, and with the exact labels of the same candidates at alpha 0.3,
+    1 and 0. `counts`: `many_to_many_counts` of the seeds' test worlds (None: the data's test split alone). `key`: more
+    configuration that names a unit (the chapter's sizes)."""
     d, first, y_test = data, seeds[0], data.test_set["y"].bool()
 
     def retrieval_job(name, sd, known=None, weak=None, alpha=0.3, keep=False):
@@ -658,11 +937,12 @@ def run_experiment(data: EntailmentData, ccfg: ClassifierConfig, rcfg: Retrieval
     def classifier_job(name, sd):
         sources, head, over = ROWS[name]
         cfg = dataclasses.replace(ccfg, **over)
+        textual = (lambda bank, dim: RetrievalText(baselines[sd], dim)) if cfg.textual == "retrieval" else None
         score = lambda m: precision_recall_fbeta(predict_entailment(m, d.test_set, d.test_images)[head] > 0.5, y_test)
         def train():
             at = AtSteps(budget_steps(cfg.steps, fractions), score)
             model = train_classifier(concat_sets([d.sets[s] for s in sources]), d.cls_images, d.bank, cfg, seed=sd,
-                                     visual=baselines[sd].visual, cbs=[at])
+                                     visual=baselines[sd].visual, cbs=[at], textual=textual)
             rec = at.record()
             if sd == first:                                  # the first seed's: per-head probabilities, training fit
                 rec["probs"] = {h: v.tolist() for h, v in predict_entailment(model, d.test_set, d.test_images).items()}
@@ -670,32 +950,45 @@ def run_experiment(data: EntailmentData, ccfg: ClassifierConfig, rcfg: Retrieval
                                         == d.sets[s]["y"].bool()).float().mean()) for s in sources}
             return model, rec
         build = lambda: EntailmentClassifier(BankText(d.bank, cfg.dim), cfg.dim, freeze_visual=cfg.freeze_visual,
-                                             visual=copy.deepcopy(baselines[sd].visual))
-        return f"classifier: {name}", sd, train, build, (dataclasses.asdict(cfg), key), (name, sd) == ("Ours", first)
+                                             visual=copy.deepcopy(baselines[sd].visual),
+                                             textual=None if textual is None else textual(d.bank, cfg.dim))
+        return f"classifier: {name}", sd, train, build, (dataclasses.asdict(cfg), key), name == "Ours"
 
     usual = store.run_models([retrieval_job(USUAL, sd, keep=True) for sd in seeds], workers=workers)
     baselines = {sd: model for sd, (_, model) in zip(seeds, usual[f"retrieval: {USUAL}"])}
     reports = {USUAL: [rec for rec, _ in usual[f"retrieval: {USUAL}"]]}
     classifiers = store.run_models([classifier_job(n, sd) for sd in seeds for n in ROWS], workers=workers)
     table3 = {n: [rec for rec, _ in classifiers[f"classifier: {n}"]] for n in ROWS}
-    classifier = classifiers["classifier: Ours"][0][1].eval()
-    checked, found, p, cand = find_entailed(classifier, similarity(baselines[first], d.ret_images, d.ret_cids),
-                                            d.ret_linked, d.premises, d.captions, d.bank, d.ret_images, candidates)
-    true_c = d.ret_truth.gather(1, cand).flatten()
-    exact_weak = d.ret_truth & checked & ~d.ret_linked
-    # row: (pairs never used as negatives, weak positives, alpha)
-    enhanced = {ENH: (found, found, 0.3), ALPHA_ROWS[0.3]: (exact_weak, exact_weak, 0.3),
-                ALPHA_ROWS[0.0]: (exact_weak, None, 0.3), ALPHA_ROWS[1.0]: (exact_weak, exact_weak, 1.0)}
+    gated = {sd: model.eval() for sd, (_, model) in zip(seeds, classifiers["classifier: Ours"])}
+
+    def judge(sd) -> WeakLabels:
+        "Step 3 with seed `sd`'s gated classifier on the candidates of its usual model."
+        checked, found, p, cand = find_entailed(gated[sd], similarity(baselines[sd], d.ret_images, d.ret_cids),
+                                                d.ret_linked, d.premises, d.captions, d.bank, d.ret_images, candidates)
+        true_c = d.ret_truth.gather(1, cand).flatten()
+        return WeakLabels(checked, found, d.ret_truth & checked & ~d.ret_linked,
+                          precision_recall_fbeta(p > 0.5, true_c), float(true_c.float().mean()))
+    weak = [judge(first)] * len(seeds) if shared_classifier else [judge(sd) for sd in seeds]
+    # row: (its labels: the classifier's or the exact ones of the same candidates, weak positives or not, alpha)
+    enhanced = {ENH: ("found", True, 0.3), ALPHA_ROWS[0.3]: ("exact_weak", True, 0.3),
+                ALPHA_ROWS[0.0]: ("exact_weak", False, 0.3), ALPHA_ROWS[1.0]: ("exact_weak", True, 1.0)}
     jobs = []
-    for name, (known, weak, alpha) in enhanced.items():
-        if weak is not None and int((weak.sum(1) > 0).sum()) < 2:      # a barely trained classifier (smoke) finds few
-            print(f"{name}: fewer than 2 images with a weak positive; trained with the exclusions only"); weak = None
-        jobs += [retrieval_job(name, sd, known, weak, alpha) for sd in seeds]
+    for name, (labels, as_weak, alpha) in enhanced.items():
+        for sd, w in zip(seeds, weak):
+            known = getattr(w, labels)
+            positives = known if as_weak else None
+            if positives is not None and int((positives.sum(1) > 0).sum()) < 2:   # a barely trained classifier
+                print(f"{name}, seed {sd}: fewer than 2 images with a weak positive; trained with the exclusions only")
+                positives = None
+            jobs.append(retrieval_job(name, sd, known, positives, alpha))
     runs = store.run_models(jobs, workers=workers)
     reports.update({name: [rec for rec, _ in runs[f"retrieval: {name}"]] for name in enhanced})
     print(store.summary())
-    return EntailmentRun(table3, reports, baselines, classifier, checked, found, exact_weak,
-                         precision_recall_fbeta(p > 0.5, true_c), float(true_c.float().mean()))
+    counts = list(counts) if counts is not None else [link_counts(d.test_truth, d.test_linked)]
+    return EntailmentRun(table3, reports, baselines, gated[first], weak[0].checked, weak[0].found, weak[0].exact_weak,
+                         weak[0].quality, weak[0].candidates_true, weak, counts, d.chance(), tuple(fractions),
+                         shared_classifier, rcfg.linked_negatives)
+
 
 # %% ../nbs/15_entailment.ipynb #e15l0008
 def table3_claims(table3: Mapping[str, list], b: int = -1) -> list:
@@ -740,9 +1033,41 @@ def retrieval_claims(reports: Mapping[str, list], b: int = -1) -> list:
                tuple(f"TR@{k} truth" for k in KS), "(the motivation of Sec. 4)"),
     ]
 
+def many_to_many_claims(counts: Sequence[Mapping]) -> list:
+    "The many-to-many claims of Sec. 1 and App. A.2, on `link_counts` of each seed's test world."
+    per = lambda k: [c[k] for c in counts]
+    return [claim("captions-fit-many-images", "Sec. 1, App. A.2", "a linked caption is true of more images than the "
+                  "one it is linked to (median over the test captions)",
+                  [("true of", per("images per caption")), ("linked to", per("images per caption (links)"))],
+                  paper="one MSCOCO caption fits up to 178 images", metrics=("images per caption",)),
+            claim("images-have-many-true-captions", "Sec. 1, App. A.2", "an image has more true captions than linked "
+                  "ones (median over the test images)",
+                  [("true", per("captions per image")), ("linked", per("captions per image (links)"))],
+                  paper="one MSCOCO image fits up to 89 captions", metrics=("captions per image",))]
+
+def added_claims(run: EntailmentRun, b: int = -1) -> list:
+    """The claims added after the first ones, in their order: many-to-many, the textual module's sentence encoder
+    (Table 3's "w/o BERT"), and recall against the links kept (Table 4, claims of absence), at the b-th budget."""
+    f05 = lambda name: [at_budget(r, b)["f0.5"] for r in run.table3[name]]
+    per_run = lambda name, keys: [[at_budget(x, b)[k] for k in keys] for x in run.reports[name]]
+    out = many_to_many_claims(run.many_to_many)
+    out.append(claim("bert-text-beats-retrieval-text", "Table 3 (w/o BERT)", "the gated model reading the pretrained "
+                     "language model's token states beats it reading the dual encoder's caption embeddings",
+                     [("Ours", f05("Ours")), ("w/o BERT", f05("w/o BERT"))], paper="f0.5 78.9 vs 74.6",
+                     metrics=("f0.5",)))
+    for cid, d, paper in (("enhanced-keeps-text-recall", "TR", "-1.0 to +2.0"),
+                          ("enhanced-keeps-image-recall", "IR", "-0.3 to +3.1")):
+        keys = tuple(f"{d}@{k} linked" for k in KS)
+        out.append(claim(cid, "Table 4", f"training as usual does not beat entailment-enhanced training on "
+                         f"{d}@1/5/10 against the links (the recall is kept)",
+                         [(USUAL, per_run(USUAL, keys)), (ENH, per_run(ENH, keys))],
+                         paper=f"{d}@1/5/10 change by {paper} points", metrics=keys, no_gain=True))
+    return out
+
 def experiment_claims(run: EntailmentRun, b: int = -1) -> list:
-    "Every claim of the chapter, in its order (Table 3's, then the retrieval claims), at the b-th budget."
-    return table3_claims(run.table3, b) + retrieval_claims(run.reports, b)
+    """Every claim of the chapter, in its order (Table 3's, the retrieval claims, then the added ones), at the b-th
+    budget."""
+    return table3_claims(run.table3, b) + retrieval_claims(run.reports, b) + added_claims(run, b)
 
 def _slug(s: str) -> str: return re.sub(r"[^a-z0-9]+", "_", s.lower().replace("@", "at")).strip("_")
 def _mean(rows: Sequence[Mapping], k: str) -> float: return float(np.mean([r[k] for r in rows]))
@@ -750,13 +1075,25 @@ def _mean(rows: Sequence[Mapping], k: str) -> float: return float(np.mean([r[k] 
 def entailment_metrics(run: EntailmentRun, claims: Sequence, curve: Mapping, profile: str, seed: int, seeds: int,
                        images_per_caption_max: int, full=None, full_classifier=None) -> dict:
     """The chapter's metrics.json: Table 3's F0.5 and the retrieval rows' scores (`REPORTED`, means over the seeds),
-    the claims and their budget curve, the weak labels' precision and recall, the full profile's results."""
+    the claims and their budget curve, the weak labels' precision and recall (means over the seeds' classifiers), the
+    real-data results; then Table 3 per seed and its F0.5 at each budget, what a random ranking scores, the seeds'
+    many-to-many counts and weak labels, and how the batches and weak positives were made."""
+    weak = run.weak or [WeakLabels(run.checked, run.found, run.exact_weak, run.weak_quality, run.candidates_true)]
     return {"profile": profile, "seed": seed, "seeds": seeds, "images_per_caption_max": images_per_caption_max,
             **{_slug(f"{n} f0.5"): _mean(rows, "f0.5") for n, rows in run.table3.items()},
             "claims": [c.to_dict() for c in claims], "budget_curve": curve,
-            "weak_label_precision": run.weak_quality["precision"], "weak_label_recall": run.weak_quality["recall"],
+            "weak_label_precision": float(np.mean([w.quality["precision"] for w in weak])),
+            "weak_label_recall": float(np.mean([w.quality["recall"] for w in weak])),
             **{_slug(f"{n} {k}"): _mean(rows, k) for n, rows in run.reports.items() for k in REPORTED},
-            "full": full, "full_classifier": full_classifier, "device": device_name()}
+            "full": full, "full_classifier": full_classifier, "device": device_name(),
+            "table3_seeds": {n: {k: [r[k] for r in rows] for k in T3} for n, rows in run.table3.items()},
+            "table3_curve": {"fractions": list(run.fractions), **{
+                n: [float(np.mean([at_budget(r, b)["f0.5"] for r in rows])) for b in range(len(run.fractions))]
+                for n, rows in run.table3.items()}},
+            "chance": run.chance, "many_to_many": run.many_to_many,
+            "weak_labels": [{**w.quality, "judged": int(w.checked.sum()), "found": int(w.found.sum()),
+                             "true": int(w.exact_weak.sum()), "candidates_true": w.candidates_true} for w in weak],
+            "linked_negatives": run.linked_negatives, "shared_classifier": run.shared_classifier}
 
 # %% ../nbs/15_entailment.ipynb #e15l0009
 def seed_values(metrics: Mapping, row: str, key: str) -> list | None:
@@ -768,12 +1105,24 @@ def seed_values(metrics: Mapping, row: str, key: str) -> list | None:
 
 def table3_table(runs: Mapping[str, Mapping]) -> str:
     """Markdown: Table 3's F0.5 per row, the paper's beside each run's ({label: metrics dict}, a published record's or
-    this run's), mean ± sd over the seeds where the run's claims hold them."""
+    this run's), mean ± sd over the seeds where the record holds them (a mean alone where it does not; - where the
+    run has no such row)."""
     def cell(m, name):
-        v = seed_values(m, name, "f0.5")
-        return pm(*mean_sd(v)) if v else f"{m[_slug(f'{name} f0.5')]:.3f}"
-    return markdown_table(["Table 3 row", "the paper (F0.5, %)", *runs],
-                          [[n, f"{PAPER_T3[n][3]:.1f}", *(cell(m, n) for m in runs.values())] for n in ROWS])
+        v = m.get("table3_seeds", {}).get(name, {}).get("f0.5") or seed_values(m, name, "f0.5")
+        if v: return pm(*mean_sd(v))
+        return f"{m[_slug(f'{name} f0.5')]:.3f}" if _slug(f"{name} f0.5") in m else "-"
+    rows = [[n, f"{PAPER_T3[n][3]:.1f}", *(cell(m, n) for m in runs.values())] for n in ROWS]
+    bare = any("±" not in c and c != "-" for r in rows for c in r[2:])
+    note = ("\n\nA score without ± is a mean over the seeds alone: that record keeps the seeds' own scores only for "
+            "the rows its claims compare on F0.5." if bare else "")
+    return markdown_table(["Table 3 row", "the paper (F0.5, %)", *runs], rows) + note
+
+def table3_budget_table(metrics: Mapping) -> str | None:
+    "Markdown: each Table 3 row's F0.5 (mean over the seeds) at each budget of a record; None where it has none."
+    curve = metrics.get("table3_curve")
+    if not curve: return None
+    return markdown_table(["Table 3 row", *(f"{f:.0%} of the updates" for f in curve["fractions"])],
+                          [[n, *(f"{v:.3f}" for v in vs)] for n, vs in curve.items() if n != "fractions"])
 
 def table3_scores(table3: Mapping[str, list]) -> str:
     "Markdown: Table 3 as the paper prints it (accuracy, precision, recall, F0.5), mean ± sd over the seeds."
@@ -781,11 +1130,21 @@ def table3_scores(table3: Mapping[str, list]) -> str:
                           [[n, *(pm(*mean_sd([r[k] for r in rs])) for k in T3), " / ".join(map(str, PAPER_T3[n]))]
                            for n, rs in table3.items()])
 
-def retrieval_table(metrics: Mapping) -> str:
+def retrieval_table(metrics: Mapping, chance: Mapping | None = None) -> str:
     """Markdown: each dual encoder's TR@1 against the links and against the truth, TR@10 on specific captions, E@10
-    and generality@10 (means over the seeds), from a metrics dict (a published record's or this run's)."""
-    return markdown_table(["dual encoder", *REPORTED],
-                          [[n, *(f"{metrics[_slug(f'{n} {k}')]:.3f}" for k in REPORTED)] for n in RETRIEVAL_ROWS])
+    and generality@10 (means over the seeds), from a metrics dict (a published record's or this run's); `chance`
+    (`chance_report`): a last row, what a random ranking scores."""
+    rows = [[n, *(f"{metrics[_slug(f'{n} {k}')]:.3f}" for k in REPORTED)] for n in RETRIEVAL_ROWS]
+    if chance: rows.append(["chance (a random ranking)", *(f"{chance[k]:.3f}" for k in REPORTED)])
+    return markdown_table(["dual encoder", *REPORTED], rows)
+
+def record_chance(metrics: Mapping) -> dict:
+    """What a random ranking scores on a record's test split: its `chance` where it saved one, else computed on the
+    same test world (`make_world` of the profile's `test_images`, seed + 1000)."""
+    if metrics.get("chance"): return metrics["chance"]
+    truth, linked = world_links(make_world(entailment_sizes(metrics["profile"])["test_images"],
+                                           seed=metrics["seed"] + 1000))
+    return chance_report(linked, truth, specific=truth.float().mean(0) <= 0.05)
 
 def kinds_table(probs: Mapping[str, Tensor], kinds: Sequence[str], y: Tensor) -> str:
     "Markdown: per kind of hypothesis, its test pairs, the share entailed and each head's accuracy ('t', 'v', 'm')."
@@ -804,6 +1163,8 @@ def fit_table(table3: Mapping[str, list]) -> str:
                           [[n, *(f"{rs[0]['fit'][s]:.3f}" if s in rs[0]["fit"] else "-" for s in HEAD_OF),
                             f"{rs[0]['accuracy']:.3f}"] for n, rs in table3.items()])
 
+
+# %% ../nbs/15_entailment.ipynb #e15l0011
 def recall_figure(reports: Mapping[str, list]):
     "Recall@K of each dual encoder against the linked captions and against the exact truth (means over the seeds)."
     import matplotlib.pyplot as plt
@@ -856,49 +1217,80 @@ def findings(run: EntailmentRun, claims: Sequence, curve: Mapping) -> str:
                  "on the specific captions.")
     c_gen, x_gen = _mean(r[ENH], "generality@10"), _mean(r[ALPHA_ROWS[0.3]], "generality@10")
     c_spec, x_spec, u_spec = (_mean(r[n], "TR@10 specific") for n in (ENH, ALPHA_ROWS[0.3], USUAL))
+    weak = run.weak or [WeakLabels(run.checked, run.found, run.exact_weak, run.weak_quality, run.candidates_true)]
+    found = sum(int(w.found.sum()) for w in weak)
+    reading = ("The classifiers found no weak positive: their row is trained with nothing to exclude or pull, and "
+               "says nothing of the labels." if found == 0 else
+               "The classifier's labels buy their recall with general captions: the same training on the exact labels "
+               "raises recall on the specific ones." if x_spec > max(c_spec, u_spec) and c_gen > x_gen else
+               "The exact labels do not do better on the specific captions here.")
     lines.append(
         f"- Weak positives from the classifier against the exact labels of the same candidates: generality@10 "
         f"{c_gen:.3f} against {x_gen:.3f}, TR@10 on specific captions {c_spec:.3f} against {x_spec:.3f} (as usual "
-        f"{u_spec:.3f}). " + ("The classifier's labels buy their recall with general captions: the same training on "
-                              "the exact labels raises recall on the specific ones." if x_spec > max(c_spec, u_spec)
-                              and c_gen > x_gen else "The exact labels do not do better on the specific captions "
-                              "here."))
-    q = run.weak_quality
-    lines.append(f"- The first seed's classifier labelled {int(run.found.sum())} weak positives among the "
-                 f"{int(run.checked.sum())} candidate pairs (precision {q['precision']:.3f}, recall "
-                 f"{q['recall']:.3f}); the exact labels of the same candidates give {int(run.exact_weak.sum())}.")
+        f"{u_spec:.3f}). " + reading)
+    seeds = list(run.baselines)
+    lines.append("- " + "; ".join(
+        f"{'the first seed' if run.shared_classifier else f'seed {sd}'}'s classifier labelled {int(w.found.sum())} "
+        f"weak positives among {int(w.checked.sum())} candidate pairs (precision {w.quality['precision']:.3f}, recall "
+        f"{w.quality['recall']:.3f}; the exact labels give {int(w.exact_weak.sum())})"
+        for sd, w in zip(seeds, weak[:1] if run.shared_classifier else weak)) + ".")
     return "\n".join(lines)
 
+# %% ../nbs/15_entailment.ipynb #e15w0001
+def half_state(model: nn.Module) -> dict:
+    "A model's state dict with its floating-point tensors in half precision: the weights a published run ships."
+    return {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+
+def classifier_from_weights(state: Mapping, bank: SentenceBank, profile: str = "paper") -> EntailmentClassifier:
+    """The gated classifier a run at `profile` trained and saved (`half_state`, `cvlc.core.save_weights`), rebuilt at
+    that profile's sizes to read the sentences of `bank` (its text module holds no sentence: any bank will do)."""
+    v = entailment_sizes(profile)["visual"]
+    model = EntailmentClassifier(BankText(bank, v["dim"]), v["dim"], freeze_visual=True,
+                                 visual=VisualStream(v["dim"], v["widths"], attention=v["attention"]))
+    model.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in state.items()})
+    return model.eval()
+
+
 # %% ../nbs/15_entailment.ipynb #e15f0006
-def train_on_karpathy(split_json, image_dir, config: RetrievalConfig, weak_pairs=None, image_size: int = 128,
-                      seeds: Sequence[int] = (0,), encoder=None) -> dict:
-    """The full profile of retrieval: dual encoders on a Karpathy split (COCO or Flickr30K: train / test), as usual and,
-    with entailed pairs (JSON [[image id, sentence id], ...]), entailment-enhanced; a `retrieval_report` per row and
-    seed on the test split, against the links and against the links plus the entailed pairs."""
-    data = {sp: load_karpathy(split_json, sp, image_dir)[0] for sp in ("train", "test")}
-    print({sp: f"{len(ims)} images, {sum(len(im.captions) for im in ims)} captions" for sp, ims in data.items()})
-    images = {sp: ScaledImages(read_images(image_dir, [im.file_name for im in ims], image_size))
-              for sp, ims in data.items()}
-    texts = {sp: [c for im in ims for c in im.captions] for sp, ims in data.items()}
+def karpathy_retrieval(data: KarpathyData, config: RetrievalConfig, image_size: int = 128,
+                       seeds: Sequence[int] = (0,), encoder=None) -> dict:
+    """Retrieval on a Karpathy split file read by `read_karpathy_retrieval`: dual encoders on its train images, as
+    usual and, with entailed pairs, entailment-enhanced; a `retrieval_report` per row and seed on its test images,
+    against the links and against the links plus the entailed pairs; the test split's many-to-many counts, on the
+    links alone and with the entailed pairs."""
+    ims = data.images
+    images = {sp: ScaledImages(read_images(data.image_dir, [im.file_name for im in v], image_size))
+              for sp, v in ims.items()}
+    texts = {sp: [c for im in v for c in im.captions] for sp, v in ims.items()}
     bank = SentenceBank(encoder or HFTextEncoder(top_k=0, max_length=32), texts["train"] + texts["test"])
     cids = {sp: bank.ids(t) for sp, t in texts.items()}
-    linked = {sp: torch.from_numpy(caption_truth(ims)) for sp, ims in data.items()}
-    weak = {sp: torch.zeros_like(m) for sp, m in linked.items()}
-    pairs_in = json.loads(Path(weak_pairs).read_text()) if weak_pairs else []
-    for sp, ims in data.items():
-        row = {im.image_id: i for i, im in enumerate(ims)}
-        col = {sid: j for j, sid in enumerate(sid for im in ims for sid in im.caption_ids)}
-        for i, sid in pairs_in:
-            if i in row and sid in col: weak[sp][row[i], col[sid]] = True
-        weak[sp] &= ~linked[sp]
+    linked = {sp: torch.from_numpy(caption_truth(v)) for sp, v in ims.items()}
     pairs = linked["train"].nonzero()
-    rows = {"as usual": None, **({"enhanced": weak["train"]} if weak["train"].any() else {})}
-    truth = linked["test"] | weak["test"]
+    rows = {"as usual": None, **({"enhanced": data.weak["train"]} if data.weak["train"].any() else {})}
+    truth = linked["test"] | data.weak["test"]
     def report(wk, sd):
         model = train_retrieval(pairs, images["train"], cids["train"], bank, wk, wk, config, sd)
         return retrieval_report(similarity(model, images["test"], cids["test"]), linked["test"], truth)
+    mean = lambda x: float(x.float().mean())
+    counts = {"captions per image (links)": mean(linked["test"].sum(1)),
+              "images per caption (links)": mean(linked["test"].sum(0)),
+              "captions per image (links + entailed)": mean(truth.sum(1)),
+              "images per caption (links + entailed)": mean(truth.sum(0)),
+              "max captions per image (links + entailed)": int(truth.sum(1).max()),
+              "max images per caption (links + entailed)": int(truth.sum(0).max())}
     return {"reports": {name: [report(wk, sd) for sd in seeds] for name, wk in rows.items()},
-            "test_true_pairs": int(truth.sum()), "weak_train_pairs": int(weak["train"].sum())}
+            "test_true_pairs": int(truth.sum()), "weak_train_pairs": int(data.weak["train"].sum()),
+            "read": {sp: len(v) for sp, v in ims.items()}, "many_to_many": counts}
+
+def train_on_karpathy(split_json, image_dir, config: RetrievalConfig, weak_pairs=None, image_size: int = 128,
+                      seeds: Sequence[int] = (0,), encoder=None, sizes: Mapping[str, int] | None = None,
+                      draw_seed: int = 0) -> dict:
+    """`karpathy_retrieval` on a Karpathy split file (COCO or Flickr30K) and its images, with entailed pairs (JSON
+    [[image id, sentid], ...], ids as `read_karpathy_retrieval` says), `sizes` {'train', 'test'} a seeded draw of
+    images per split (None: all)."""
+    data = read_karpathy_retrieval(split_json, image_dir, weak_pairs, sizes, draw_seed)
+    print(data.said)
+    return karpathy_retrieval(data, config, image_size, seeds, encoder)
 
 def nli_examples(pairs, source: str, image_rows=None, captions=None, premise: int = 3) -> list:
     """SNLI / SNLI-VE pairs (`cvlc.data.load_nli`) as `EntailmentExample`s, label 1 for entailment: 'te' with its
@@ -912,23 +1304,20 @@ def nli_examples(pairs, source: str, image_rows=None, captions=None, premise: in
                                          "snli-ve", y, y))
     return out
 
-def train_classifier_on_nli(snli, snli_ve_train, snli_ve_test, flickr_karpathy, flickr_images, config: ClassifierConfig,
-                            image_size: int = 128, rows=("Only TE", "Only VE", "Ours"), seed: int = 0,
-                            encoder=None) -> dict:
-    """The full profile of the classifier: Table 3's rows trained on SNLI (TE), SNLI-VE (VE) and SNLI-VE with the
-    Flickr30K captions (MME), each scored (accuracy, precision, recall, F0.5) on SNLI-VE's test split as MME pairs."""
-    te, ve, ve_test = (load_nli(f)[0] for f in (snli, snli_ve_train, snli_ve_test))
-    need = {p.image_id for p in ve + ve_test}
-    flickr = [im for im in load_karpathy(flickr_karpathy)[0] if Path(im.file_name).stem in need]
-    image_rows = {Path(im.file_name).stem: i for i, im in enumerate(flickr)}
-    caps = {Path(im.file_name).stem: im.captions for im in flickr}
-    images = ScaledImages(read_images(flickr_images, [im.file_name for im in flickr], image_size))
-    ex = {"te": nli_examples(te, "te"), **{k: nli_examples(ve, k, image_rows, caps) for k in ("ve", "mme")}}
-    test_ex = nli_examples(ve_test, "mme", image_rows, caps)
+def nli_classifiers(data: NLIData, config: ClassifierConfig, image_size: int = 128,
+                    rows=("Only TE", "Only VE", "Ours"), seed: int = 0, encoder=None) -> dict:
+    """Table 3's rows on the classifier's real data (`read_nli_data`): trained on SNLI (TE), SNLI-VE (VE) and SNLI-VE
+    with the Flickr30K captions (MME), each scored (accuracy, precision, recall, F0.5) on SNLI-VE's test pairs as MME
+    pairs."""
+    image_rows = {Path(im.file_name).stem: i for i, im in enumerate(data.flickr)}
+    caps = {Path(im.file_name).stem: im.captions for im in data.flickr}
+    images = ScaledImages(read_images(data.image_dir, [im.file_name for im in data.flickr], image_size))
+    ex = {"te": nli_examples(data.te, "te"), **{k: nli_examples(data.ve, k, image_rows, caps) for k in ("ve", "mme")}}
+    test_ex = nli_examples(data.test, "mme", image_rows, caps)
     sentences = {s for rs in (*ex.values(), test_ex) for r in rs for s in (*r.premise, r.hypothesis)}
     bank = SentenceBank(encoder or HFTextEncoder(top_k=0, max_length=32), sorted(sentences))
     sets, test = {k: entailment_set(v, bank, k) for k, v in ex.items()}, entailment_set(test_ex, bank, "mme")
-    print(f"SNLI {len(ex['te'])} pairs, SNLI-VE {len(ex['ve'])} (of {len(flickr)} images), test {len(test_ex)}")
+    print(f"SNLI {len(ex['te'])} pairs, SNLI-VE {len(ex['ve'])} (of {len(data.flickr)} images), test {len(test_ex)}")
     reports = {}
     for name in rows:
         sources, head, over = ROWS[name]
@@ -936,3 +1325,13 @@ def train_classifier_on_nli(snli, snli_ve_train, snli_ve_test, flickr_karpathy, 
                              seed=seed)
         reports[name] = precision_recall_fbeta(predict_entailment(m, test, images)[head] > 0.5, test["y"].bool())
     return {"reports": reports, "train": {k: len(v) for k, v in ex.items()}, "test": len(test_ex)}
+
+def train_classifier_on_nli(snli, snli_ve_train, snli_ve_test, flickr_karpathy, flickr_images, config: ClassifierConfig,
+                            image_size: int = 128, rows=("Only TE", "Only VE", "Ours"), seed: int = 0,
+                            encoder=None, sizes: Mapping[str, int] | None = None, draw_seed: int = 0) -> dict:
+    """`nli_classifiers` on SNLI, SNLI-VE train and test and the Flickr30K Karpathy file and images (`read_nli_data`;
+    `sizes` {'te', 've', 'test'} a seeded draw of labelled pairs per file, None: all)."""
+    data = read_nli_data(snli, snli_ve_train, snli_ve_test, flickr_karpathy, flickr_images, sizes, draw_seed)
+    print(data.said)
+    return nli_classifiers(data, config, image_size, rows, seed, encoder)
+
