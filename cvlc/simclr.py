@@ -941,7 +941,7 @@ def record_reading(rec: dict) -> dict[str, str]:
     early = [p for p in bc["supervised-beats-simclr"][:-1] if p[1] <= 0]
     out["supervised"] = (
         f"`supervised-beats-simclr` is decided on the mean of the four probes: {mg('supervised-beats-simclr')}. "
-        + (f"Seed by seed, the supervised encoder is not above SimCLR on {', '.join(below)}. " if below else "")
+        + (f"Seed by seed, the supervised encoder is not above SimCLR on {' and '.join(below)}. " if below else "")
         + (f"Earlier in training it is below SimCLR: " + ", ".join(f"{p[1]:+.3f} after {p[0]:g} epochs" for p in early)
            + "." if early else ""))
     out["batch"] = (f"With the epochs held, probe accuracy is {_means(rows, ['batch x1/4', 'SimCLR', 'batch x4'])} for "
