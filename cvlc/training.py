@@ -360,8 +360,8 @@ def set_rng_state(s: dict) -> None:
 
 # %% ../nbs/07_training.ipynb #e7d89743
 def _loader_generators(learn: Learner) -> list[torch.Generator]:
-    """The torch.Generators of the learner's loaders, of the callbacks' second streams and of callbacks (`.generator`):
-    part of a run's state."""
+    """The torch.Generators of the learner's loaders, of the callbacks' second streams, of callbacks and of the model's
+    modules (each `.generator`): part of a run's state."""
     dls = [getattr(d, "dl", d) for d in learn.dls.loaders] + [
         cb.dl for cb in learn.cbs if isinstance(cb, _SecondStream)
     ]
@@ -371,6 +371,7 @@ def _loader_generators(learn: Learner) -> list[torch.Generator]:
         for g in (getattr(dl, "generator", None), getattr(getattr(dl, "sampler", None), "generator", None))
     ]
     cands += [getattr(cb, "generator", None) for cb in learn.cbs]
+    cands += [getattr(m, "generator", None) for m in getattr(learn.model, "module", learn.model).modules()]
     gens = []
     for g in cands:
         if isinstance(g, torch.Generator) and all(g is not h for h in gens): gens.append(g)

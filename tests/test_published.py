@@ -10,6 +10,7 @@ from conftest import NBS, ROOT, chapters
 RESULTS = NBS / "results"
 RECORDS = sorted(p.parent for p in RESULTS.glob("*/*/metrics.json"))
 VARIANTS = sorted(p.parent for p in RESULTS.glob("*/variants/*/*/metrics.json"))   # <chapter>/variants/<profile>/<name>
+HISTORY = sorted(p.parent for p in RESULTS.glob("*/history/*/metrics.json"))     # <chapter>/history/<commit>: earlier
 PROVENANCE = ("chapter", "profile", "commit", "uncommitted_changes", "device", "torch", "python", "date", "command",
               "wall_seconds")
 
@@ -54,6 +55,17 @@ def test_published_variant_is_complete(record):
     prov = _check_record(record, record.parents[2].name, record.parent.name)
     assert prov.get("params") and variant_name(prov["params"]) == record.name, \
         f"{record}: a variant's folder is named after the parameters it changed, got {prov.get('params')}"
+
+
+@pytest.mark.parametrize("record", HISTORY, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_earlier_record_kept_as_data_is_complete(record):
+    """An earlier record that a report reads as data (<chapter>/history/<the commit that published it>/) is a complete
+    record, and that commit is in this repository's history; it is neither the chapter's record nor a variant."""
+    profile = json.loads((record / "metrics.json").read_text())["profile"]
+    _check_record(record, record.parents[1].name, profile)
+    known = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", record.name + "^{commit}"], capture_output=True)
+    assert known.returncode == 0, f"{record}: {record.name} is not a commit of this repository"
+    assert record not in RECORDS + VARIANTS
 
 
 def test_home_page_shows_what_the_records_say():

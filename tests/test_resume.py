@@ -8,7 +8,7 @@ import pytest
 from conftest import BIN, ROOT
 from cvlc.core import units_dir
 
-CHAPTER, UNITS = "10_simclr", 9          # 10_simclr at smoke: 3 rows of one seed, 6 ablations of one seed
+CHAPTER, UNITS = "10_simclr", 11         # 10_simclr at smoke: 3 rows, 6 ablations and 2 SupCon / CE rows of one seed each
 
 
 def _run(out, **kw):
