@@ -134,8 +134,8 @@ def read_vqa_files(questions=None, annotations=None, rephrasings=None, rephrasin
     print(f"VQA-Rephrasings: {len(rq):,} questions read from {rephrasings} (answers: {rephrasings_annotations}), "
           f"{len(groups):,} groups, {len(full):,} complete (an original and 3 rephrasings) with region features; "
           f"{size(len(drawn), len(full))}: {len(test):,} questions")
-    print(f"regions: {tuple(rf.features.shape[1:])} per image for {len(rf.index):,} images in {region_features} "
-          "(image ids compared as ints)")
+    print(f"regions: up to {rf.features.shape[1]} per image, {rf.features.shape[2]}-d, for {len(rf.index):,} images "
+          f"in {region_features} (image ids compared as ints)")
     print(f"paraphrases: {covered:,} of the {len(train):,} training questions have some in {paraphrases}" if paraphrases
           else "paraphrases: none given (PARAPHRASES), so D^aug is the questions alone")
     counts = dict(questions_read=len(vq), questions=len(train), rephrasings_read=len(rq), groups=len(drawn),
