@@ -6,9 +6,9 @@ Docs: https://cvlc-course.github.io/cvlc/api/cli.html.md"""
 
 # %% auto #0
 __all__ = ['KERNEL', 'INLINE_BACKEND', 'RESULTS_HEADING', 'CliError', 'Chapter', 'find_nbs', 'list_chapters', 'find_chapter',
-           'parse_params', 'declared_params', 'ChapterFailed', 'run_chapter', 'default_out', 'summary_table',
-           'LedgerRun', 'collect_claims', 'ledger_text', 'check_publishable', 'variant_name', 'changed_params',
-           'publish', 'results_markdown', 'refresh_home_results', 'main']
+           'parse_params', 'parameters_source', 'declared_params', 'ChapterFailed', 'run_chapter', 'default_out',
+           'summary_table', 'LedgerRun', 'collect_claims', 'ledger_text', 'check_publishable', 'variant_name',
+           'changed_params', 'publish', 'results_markdown', 'refresh_home_results', 'main']
 
 # %% ../nbs/api/cli.ipynb #11857d77
 import argparse, ast, contextlib, json, os, re, signal, sys, threading, time
@@ -73,9 +73,12 @@ def find_chapter(query: str, chapters: Sequence[Chapter]) -> Chapter:
     raise CliError(f"chapter {query!r} is ambiguous: {', '.join(c.name for c in hits)}")
 
 # %% ../nbs/api/cli.ipynb #bccd83fb
+KERNEL = "python3"      # the kernel every chapter runs in, whatever its notebook names
+
 def parse_params(pairs: Sequence[Sequence[str]] | None) -> dict[str, Any]:
-    """`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`), else
-    JSON (`true`, `{"a": null}`), else strings."""
+    """`-p NAME VALUE` pairs as a dict; values are Python literals where they parse (`3`, `0.1`, `True`, `[1,2]`,
+    `[('a', 'b')]`), else JSON (`true`, `{"a": null}`), else strings; each reaches the chapter with its type
+    (`parameters_source`)."""
     out = {}
     for name, value in pairs or []:
         if not name.isidentifier(): raise CliError(f"parameter name {name!r} is not a Python identifier")
@@ -89,14 +92,39 @@ def _param_value(text: str) -> Any:
     except ValueError: return text
 
 def _papermill():
-    "papermill, or a one-line error naming the extra that brings it."
+    """papermill, or a one-line error naming the extra that brings it; its parameters for `KERNEL` are written by
+    `parameters_source`."""
     try:
         import papermill
+        from papermill.translators import papermill_translators
     except ImportError:
         raise CliError("running chapters needs papermill and a Jupyter kernel: pip install 'cvlc[cli]'") from None
+    papermill_translators.register(KERNEL, _translator())
     return papermill
 
-KERNEL = "python3"      # the kernel every chapter runs in, whatever its notebook names
+def _translator():
+    """papermill's Python translator, writing tuples, sets, bytes and complex numbers as Python literals. (papermill's
+    own writes only JSON's types as they are, and any other value as its string: `-p PAIRS "[('a', 'b')]"` would reach
+    the chapter as `["('a', 'b')"]`.)"""
+    from papermill.translators import PythonTranslator
+    class Translator(PythonTranslator):
+        @classmethod
+        def translate(cls, val):
+            items = lambda xs: ", ".join(cls.translate(v) for v in xs)
+            if isinstance(val, tuple): return f"({items(val)}{',' if len(val) == 1 else ''})"
+            if isinstance(val, (set, frozenset)):
+                inner = f"{{{items(sorted(val, key=repr))}}}" if val else ""
+                return f"frozenset({inner})" if isinstance(val, frozenset) else inner or "set()"
+            if isinstance(val, (bytes, complex)): return repr(val)
+            return super().translate(val)
+    return Translator
+
+def parameters_source(params: dict[str, Any]) -> str:
+    """The code of the cell `cvlc run` gives a chapter for its parameters: each value as Python source that evaluates to
+    an equal value of the same type, the tuples in `-p PAIRS "[('a', 'b')]"` included (see `parse_params`)."""
+    _papermill()
+    return _translator().codify(params)
+
 
 def declared_params(chapter: Chapter) -> dict[str, Any]:
     """The parameters a chapter's `parameters` cell declares (name -> papermill's description). A notebook that names

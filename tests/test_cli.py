@@ -59,6 +59,26 @@ def test_a_failing_chapter_exits_1_and_names_the_notebook(tmp_path):
     assert "FAILED" in r.stdout
 
 
+def test_a_tuple_parameter_reaches_the_chapter_as_a_tuple(tmp_path):
+    "`-p PAIRS \"[('a', 'b')]\"` is a list of tuples in the chapter's kernel, as `parse_params` read it."
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    shutil.copy2(NBS / "00_core.ipynb", nbs / "00_core.ipynb")
+    check = ("import json, os\n"
+             "assert PAIRS == [('<en-de>', '<de-en>')] and type(PAIRS[0]) is tuple, repr(PAIRS)\n"
+             "json.dump({'profile': PROFILE}, open(os.path.join(os.environ['CVLC_OUT'], 'metrics.json'), 'w'))")
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Pairs\n\n> a tuple parameter"},
+                    {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "outputs": [], "execution_count": None,
+                     "source": "PROFILE = 'auto'\nPAIRS = None"},
+                    {"cell_type": "code", "metadata": {}, "source": check, "outputs": [], "execution_count": None}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "python3", "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    (nbs / "01_pairs.ipynb").write_text(json.dumps(nb))
+    r = cvlc("--nbs", nbs, "run", "pairs", "--profile", "smoke", "-p", "PAIRS", "[('<en-de>', '<de-en>')]",
+             "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def _documented_examples() -> list[list[str]]:
     "The command lines of the CLI page's example block."
     nb = json.loads((NBS / "api" / "cli.ipynb").read_text())
