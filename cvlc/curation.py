@@ -260,12 +260,13 @@ class CuratedBatches:
     def __len__(self) -> int: return self.steps
 
     def _draw(self, pool: Sequence[int], ok: Callable[[int], bool]) -> int | None:
-        "A uniform member of `pool` passing `ok`: random tries first, then a scan in random order."
-        if not pool: return None
-        for _ in range(min(self.tries, len(pool))):
-            i = pool[int(self.rng.random() * len(pool))]
-            if ok(i): return i
-        return next((i for i in self.rng.sample(pool, len(pool)) if ok(i)), None) if len(pool) > self.tries else None
+        """A uniform member of `pool` passing `ok`, None only where none does: a pool of more than `tries` gets `tries`
+        random draws first; then the whole pool is scanned in random order (a small one, at once)."""
+        if len(pool) > self.tries:
+            for _ in range(self.tries):
+                i = pool[int(self.rng.random() * len(pool))]
+                if ok(i): return i
+        return next((i for i in self.rng.sample(pool, len(pool)) if ok(i)), None)
 
     def _pool(self, typ: str, r: int) -> Sequence[int]:
         if typ == "img": return self.by_image.get(int(self.data.images[r]), [])
