@@ -16,16 +16,16 @@ __all__ = ['REAL_FILES', 'ATTRIBUTES', 'WORD_KINDS', 'IMG_WORDS', 'FAILURES', 'R
            'minilm_and_tokenizer', 'WordTables', 'negative_features', 'random_negatives', 'GroundingData',
            'grounding_data', 'word_identity_share', 'GroundingTask', 'probe_steps', 'unit_name', 'grounding_units',
            'GroundingRuns', 'run_experiment', 'peak_per_seed', 'per_seed', 'bound_link', 'grounding_claims',
-           'ablation_claims', 'table2', 'record_table2', 'bound_figure', 'attention_figure', 'split_caption',
-           'content_positions', 'LMGrounding', 'train_lm_grounding', 'entities_report', 'train_on_real',
-           'train_on_coco_flickr']
+           'ablation_claims', 'table2', 'record_table2', 'bound_figure', 'grounding_weights', 'attention_from_weights',
+           'saved_attention_figure', 'attention_figure', 'split_caption', 'content_positions', 'LMGrounding',
+           'train_lm_grounding', 'entities_report', 'train_on_real', 'train_on_coco_flickr']
 
 # %% ../nbs/13_grounding.ipynb #d1cd2219
 from .core import require_extra
 require_extra("course", "fastai", by="cvlc.grounding")   # a clear message, not a bare ImportError
 
 # %% ../nbs/13_grounding.ipynb #0b975832
-import collections, functools, math, random, re
+import collections, copy, functools, math, random, re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -1150,6 +1150,33 @@ def bound_figure(results: dict):
     ax[1].set_title("pointing against the bound (square: the end)", fontsize=10)
     plt.tight_layout()
     return fig
+
+def grounding_weights(att: WordRegionAttention, encoder: RegionEncoder, word_lm: str) -> dict:
+    """What drawing a run's attention needs, for `cvlc.core.save_weights`: the attention and the region encoder in half
+    precision, their sizes, and the word model whose features the attention reads."""
+    half = lambda m: {k: v.half() if v.is_floating_point() else v for k, v in m.state_dict().items()}
+    q = att.q_w.fc1 if att.q_w.layers else att.q_w.fc2
+    sizes = {"d_region": encoder.dim, "d_word": q.in_features, "d": att.d, "layers": att.q_w.layers}
+    return {"attention": half(att), "regions": half(encoder), "sizes": sizes, "word_lm": word_lm}
+
+def attention_from_weights(state: dict) -> tuple[WordRegionAttention, RegionEncoder]:
+    "The attention and the region encoder of `grounding_weights`, rebuilt in eval mode."
+    full = lambda s: {k: v.float() if v.is_floating_point() else v for k, v in s.items()}
+    s, enc = state["sizes"], RegionEncoder()
+    att = WordRegionAttention(s["d_region"], s["d_word"], s["d"], s["layers"])
+    att.load_state_dict(full(state["attention"])); enc.load_state_dict(full(state["regions"]))
+    return att.eval(), enc.eval()
+
+def saved_attention_figure(state: dict, heldout: HeldOut, images: Tensor, tables: WordTables, n: int = 3):
+    """`attention_figure` of a saved attention (`grounding_weights`) on `heldout`'s images: region features from the
+    saved encoder, word features from the saved word model (MiniLM's, which need no trained weights)."""
+    if state["word_lm"] != "minilm":
+        raise ValueError(f"the saved attention reads {state['word_lm']!r} word features: only MiniLM's rebuild here")
+    att, enc = attention_from_weights(state)
+    held = copy.copy(heldout)
+    held.regions = region_features(enc, images, heldout.boxes)
+    last = [ci for ci, c in enumerate(heldout.captions) if c.lf.kind == "rel"][:n][-1]
+    return attention_figure(att, held, tables.features([c.text for c in heldout.captions[:last + 1]], "minilm"), n)
 
 def attention_figure(att: nn.Module, heldout: HeldOut, word_feats: Tensor, n: int = 3):
     """Fig. 5 for the world: n held-out captions of a relation, all proposals in grey, and for the first and last
