@@ -1176,7 +1176,10 @@ def saved_attention_figure(state: dict, heldout: HeldOut, images: Tensor, tables
     held = copy.copy(heldout)
     held.regions = region_features(enc, images, heldout.boxes)
     last = [ci for ci, c in enumerate(heldout.captions) if c.lf.kind == "rel"][:n][-1]
-    return attention_figure(att, held, tables.features([c.text for c in heldout.captions[:last + 1]], "minilm"), n)
+    fig = attention_figure(att, held, tables.features([c.text for c in heldout.captions[:last + 1]], "minilm"), n)
+    fig.suptitle("the published paper run's trained attention, on these held-out images", fontsize=10)
+    fig.subplots_adjust(top=0.8)
+    return fig
 
 def attention_figure(att: nn.Module, heldout: HeldOut, word_feats: Tensor, n: int = 3):
     """Fig. 5 for the world: n held-out captions of a relation, all proposals in grey, and for the first and last
