@@ -325,22 +325,23 @@ def length_order(lengths: Sequence[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lengths.__getitem__)
 
 @torch.no_grad()
-def _lm_pass(model, tokenizer, ids: Sequence[Sequence[int]], words: Sequence[Sequence[int]]):
-    "LM output (hidden states asked for) on tokenised sentences, padded together, and each token's word (-1: none)."
+def _lm_pass(model, tokenizer, ids: Sequence[Sequence[int]], words: Sequence[Sequence[int]], head: bool = True):
+    """LM output (hidden states asked for) on tokenised sentences, padded together, and each token's word (-1: none);
+    `head=False`: the encoder alone (`model.base_model`, its `last_hidden_state`), without a masked LM's head."""
     enc = tokenizer.pad({"input_ids": list(ids)}, return_tensors="pt")
     T, left = enc["input_ids"].shape[1], tokenizer.padding_side == "left"
     word = torch.tensor([[-1] * (T - len(w)) + list(w) if left else list(w) + [-1] * (T - len(w)) for w in words])
     dev = next(model.parameters()).device
-    out = model(input_ids=enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev),
-                output_hidden_states=True)
+    out = (model if head else model.base_model)(input_ids=enc["input_ids"].to(dev),
+                                                attention_mask=enc["attention_mask"].to(dev), output_hidden_states=head)
     return out, word.to(dev)
 
 def lm_token_states(model, tokenizer, sentences: Sequence[Sequence[str]],
                     max_length: int = 64) -> tuple[Tensor, Tensor]:
     """A Hugging Face LM's last-layer states of pre-split sentences, (S, T, d) per token, and the word each token
     belongs to, (S, T), -1 for [CLS], [SEP] and padding (and no token for words cut by `max_length`)."""
-    out, word = _lm_pass(model, tokenizer, *lm_tokens(tokenizer, sentences, max_length))
-    return out.hidden_states[-1], word
+    out, word = _lm_pass(model, tokenizer, *lm_tokens(tokenizer, sentences, max_length), head=False)   # no vocab logits
+    return out.last_hidden_state, word
 
 def lm_word_states(model, tokenizer, sentences: Sequence[Sequence[str]], max_length: int = 64,
                    batch_size: int = 128) -> Tensor:
