@@ -261,6 +261,20 @@ def test_kernel_noise_is_tidied_from_printed_text():
     assert tidy_stream("cvlc: 1 chapter(s) into /tmp/tmp7hio0jes\n") == "cvlc: 1 chapter(s) into ...\n"
 
 
+def test_doc_links_to_symbols_a_page_does_not_show_become_code():
+    "nbdev links every `symbol` in prose; where the target page hides it (a chapter's machinery) the link would be broken."
+    from build_docs import unlink_unshown_symbols
+    ids = {"mlcl.html": {"shown", "a-heading"}, "reports/mlcl.html": set()}
+    link = lambda href, name: f'<a href="{href}"><code>{name}</code></a>'
+    body = " ".join([link("mlcl.html#shown", "shown"), link("mlcl.html#hidden", "hidden"), link("#shown", "shown"),
+                     '<a href="#a-heading">prose</a>', '<a href="#gone">prose</a>'])
+    assert unlink_unshown_symbols(body, "mlcl.html", ids) == " ".join([
+        link("mlcl.html#shown", "shown"), "<code>hidden</code>", link("#shown", "shown"),
+        '<a href="#a-heading">prose</a>', '<a href="#gone">prose</a>'])   # a prose link stays: the site test checks it
+    assert unlink_unshown_symbols(link("../mlcl.html#shown", "shown"), "reports/mlcl.html", ids) == link("../mlcl.html#shown", "shown")
+    assert unlink_unshown_symbols(link("#shown", "shown"), "reports/mlcl.html", ids) == "<code>shown</code>"
+
+
 def test_every_page_has_the_sidebar_prev_next_and_toc(site):
     "Each page lists every page in sidebar order, links to its neighbours in that order, and has a table of contents."
     out, _, _ = site

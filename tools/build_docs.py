@@ -13,7 +13,7 @@ Every page has the chapter list from `nbs/sidebar.yml` (in its order and section
 all pages (an index written as a script, so the site also works from file://), a table of contents of its
 own sections, previous / next links, and for a chapter its paper and an "Open in Colab" link.
 """
-import argparse, html, os, re, shutil, sys, tempfile, time
+import argparse, html, os, posixpath, re, shutil, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,6 +249,20 @@ def _local_anchors(body: str, root: str) -> str:
     return _SAME_PAGE.sub(low, _HEADING_ID.sub(low, body))
 
 
+_ID = re.compile(r'\sid="([^"]+)"')
+_DOC_LINK = re.compile(r'<a href="([^":?#]*)#([^"]+)">(<code>[^<]*</code>)</a>')
+
+
+def unlink_unshown_symbols(body: str, page: str, ids: dict[str, set[str]]) -> str:
+    """A doc link nbdev made of a `symbol` in prose (`<a href="page.html#name"><code>name</code></a>`) stays a link where
+    the target page shows the symbol's documentation; where it does not (a symbol the page hides, such as a chapter's
+    experiment machinery, or a name nbdev resolved to another module's hidden symbol), it becomes the plain code."""
+    def sub(m):
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page), m.group(1))) if m.group(1) else page
+        return m.group(0) if m.group(2) in ids.get(target, ()) else m.group(3)
+    return _DOC_LINK.sub(sub, body)
+
+
 def copy_assets(out: Path, entries: list[dict]) -> None:
     "The stylesheet, the search script and its index, and a local MathJax, so that no page needs the network."
     import json
@@ -296,13 +310,16 @@ def build_site(out: Path, profile: str = "smoke", from_run: Path | None = None) 
     nav = nav_sections(nbs)
     sections = [{"title": title, "pages": [link(nb) for nb in group]} for title, group in nav]
     order = [nb for _, group in nav for nb in group]
-    written, entries = [], []
+    rendered = {}
     for k, nb in enumerate(order):
         processed, meta, ran_at = done[nb]
-        page = page_name(nb)
         context = dict(page_context(nb, meta, ran_at), sections=sections,
                        prev=link(order[k - 1]) if k else None, next=link(order[k + 1]) if k + 1 < len(order) else None)
-        body, figures = render(processed, meta, page, context, site_pages)
+        rendered[page_name(nb)] = (nb, meta, *render(processed, meta, page_name(nb), context, site_pages))
+    ids = {page: set(_ID.findall(body)) for page, (_, _, body, _) in rendered.items()}
+    written, entries = [], []
+    for page, (nb, meta, body, figures) in rendered.items():
+        body = unlink_unshown_symbols(body, page, ids)
         dest = out / page
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(body, encoding="utf-8")
