@@ -12,8 +12,9 @@ __all__ = ['SUPCON_TAU', 'LABEL', 'LABEL_AUGMENT', 'PROBES', 'NONCOL', 'FRACTION
            'view_alignment_uniformity', 'AlignUniform', 'SimCLRConfig', 'image_batches', 'train_simclr',
            'world_probe_labels', 'probe_encoder', 'train_supervised', 'AugmentedViews', 'train_labelled', 'simclr_unit',
            'checkpoint_name', 'SimCLRExperiment', 'rank_correlation', 'record_rows', 'probe_table', 'probe_figure',
-           'hypersphere_figure', 'distance_figure', 'margin_curves', 'simclr_weights', 'simclr_from_weights',
-           'paired_differences', 'paired_table', 'record_reading', 'save_encoder', 'load_encoder', 'main']
+           'hypersphere_figure', 'distance_figure', 'margin_curves', 'encoder_sizes', 'simclr_weights',
+           'simclr_from_weights', 'paired_differences', 'paired_table', 'record_reading', 'save_encoder',
+           'load_encoder', 'main']
 
 # %% ../nbs/10_simclr.ipynb #57daaf89
 from .core import require_extra
@@ -889,10 +890,13 @@ def margin_curves(runs: dict, ncols: int = 3):
         if ax.axison: ax.set_ylabel("margin", fontsize=8)
     return fig
 
+def encoder_sizes(config: SimCLRConfig) -> dict:
+    "The sizes that rebuild a SimCLR encoder f (`VisualStream`): what `simclr_weights` and `save_encoder` store."
+    return {"dim": config.dim, "widths": list(config.widths), "attention": config.attention}
+
 def simclr_weights(model: SimCLRModel, config: SimCLRConfig) -> dict:
     "A SimCLR model's weights (f and g) with the sizes needed to rebuild it, for `cvlc.core.save_weights`."
-    sizes = {"dim": config.dim, "widths": list(config.widths), "attention": config.attention}
-    return {**sizes, "proj_dim": config.proj_dim, "state_dict": model.state_dict()}
+    return {**encoder_sizes(config), "proj_dim": config.proj_dim, "state_dict": model.state_dict()}
 
 def simclr_from_weights(weights: dict) -> SimCLRModel:
     "The SimCLRModel of `simclr_weights` (as `cvlc.core.load_weights` reads them back)."
@@ -981,8 +985,7 @@ def record_reading(rec: dict) -> dict[str, str]:
 # %% ../nbs/10_simclr.ipynb #ad79ffd7
 def save_encoder(model: SimCLRModel, config: SimCLRConfig, path) -> Path:
     "Save the encoder f of a SimCLR model with the sizes needed to rebuild it."
-    sizes = {"dim": config.dim, "widths": list(config.widths), "attention": config.attention}
-    return save_checkpoint({**sizes, "state_dict": model.f.state_dict()}, path)
+    return save_checkpoint({**encoder_sizes(config), "state_dict": model.f.state_dict()}, path)
 
 def load_encoder(path) -> VisualStream:
     "The VisualStream saved by `save_encoder` (weights only, safe to load)."
