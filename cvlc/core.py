@@ -7,8 +7,9 @@ Docs: https://cvlc-course.github.io/cvlc/core.html.md"""
 # %% auto #0
 __all__ = ['PROFILES', 'check_int', 'seed_everything', 'default_device', 'in_test_run', 'resolve_profile', 'by_profile',
            'run_dir', 'units_dir', 'atomic_write_bytes', 'save_metrics', 'save_figure', 'CheckpointError',
-           'save_checkpoint', 'load_checkpoint', 'save_weights', 'load_weights', 'require_extra', 'maybe_progress',
-           'code_fingerprint', 'git_commit', 'cpu_cores', 'unit_workers', 'device_name', 'UnitStore', 'provenance']
+           'save_checkpoint', 'load_checkpoint', 'save_weights', 'load_weights', 'pack_state', 'load_packed',
+           'require_extra', 'maybe_progress', 'code_fingerprint', 'git_commit', 'cpu_cores', 'unit_workers',
+           'device_name', 'UnitStore', 'provenance']
 
 # %% ../nbs/00_core.ipynb #61a3e6fa
 import contextlib, hashlib, json, math, os, random, tempfile, time, warnings
@@ -184,6 +185,43 @@ def load_weights(chapter: str, name: str, profile: str = "paper", root: str | os
     from cvlc.metrics import results_root
     path = results_root(root) / chapter / profile / "weights" / f"{name}.pt"
     return load_checkpoint(path) if path.is_file() else None
+
+# %% ../nbs/00_core.ipynb #c83pak01
+def pack_state(state: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tensor] | None = None,
+               min_size: int = 1024) -> dict:
+    """A state dict made small enough to ship with a published run (`save_weights`), on the CPU: tensors equal to
+    `base`'s left out; large floating ones that `base` has, as their difference from it in 8 bits with one scale per
+    row; the other floating ones in half precision; the rest (integer buffers) as they are."""
+    out = {}
+    for k, v in state.items():
+        v, b = v.detach().cpu(), None if base is None else base.get(k)
+        b = None if b is None else b.detach().cpu()
+        if b is not None and b.shape == v.shape and torch.equal(b, v): continue
+        if not v.is_floating_point(): out[k] = v.clone()
+        elif b is not None and b.shape == v.shape and v.ndim >= 2 and v.numel() >= min_size:
+            d = (v - b).double().reshape(len(v), -1)
+            scale = d.abs().amax(1).clamp_min(1e-12) / 127
+            out[k] = {"delta8": (d / scale[:, None]).round().to(torch.int8), "scale": scale.float()}
+        else: out[k] = v.half()
+    return out
+
+def load_packed(model: torch.nn.Module, packed: Mapping, base: Mapping[str, torch.Tensor] | None = None
+                ) -> torch.nn.Module:
+    """Load a `pack_state` dict (or any state dict) into `model`, with the `base` it was packed against (what it left
+    out), each tensor in the model's own dtype; returns the model in eval mode."""
+    state = {}
+    for k, ref in model.state_dict().items():
+        v = packed.get(k)
+        if v is None:
+            if base is None or k not in base: raise KeyError(f"{k!r} is neither in the packed state nor in its base")
+            state[k] = base[k]
+        elif isinstance(v, Mapping):
+            delta = (v["delta8"].double() * v["scale"].double()[:, None]).reshape(ref.shape)
+            state[k] = (base[k].double() + delta).to(ref.dtype)
+        else: state[k] = v.to(ref.dtype)
+    model.load_state_dict(state)
+    return model.eval()
+
 
 # %% ../nbs/00_core.ipynb #194bca1e
 def require_extra(extra: str, *modules: str, by: str = "this part of cvlc") -> None:

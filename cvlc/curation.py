@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from fastai.torch_core import to_device
 
-from .core import by_profile, load_weights, save_weights, seed_everything
+from .core import by_profile, load_packed, load_weights, pack_state, save_weights, seed_everything
 from .data import RegionFeatures, VQAQuestion, answer_vocab, load_region_features, load_vqa
 from .losses import dynamic_margin_triplet, scaled_supcon
 from .metrics import (check_claims, claim, consensus_score, count_claims, markdown_table, mean_sd,
@@ -705,8 +705,7 @@ def slug(name: str) -> str:
 def save_model(model: VQAModel, vocab: Sequence[str], model_kwargs: Mapping, name: str) -> Path:
     """A trained `VQAModel` into the run folder's `weights/<name>.pt` (`cvlc.core.save_weights`, which a published run
     ships): its state dict, answer vocabulary and constructor arguments, in float16 (a few hundred KB)."""
-    state = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
-    saved = {"state": state, "vocab": list(vocab), "kwargs": dict(model_kwargs)}
+    saved = {"state": pack_state(model.state_dict()), "vocab": list(vocab), "kwargs": dict(model_kwargs)}
     return save_weights(saved, name, chapter="12_conclat")
 
 def load_model(name: str, profile: str = "paper", root=None) -> tuple[VQAModel, list] | None:
@@ -714,9 +713,7 @@ def load_model(name: str, profile: str = "paper", root=None) -> tuple[VQAModel, 
     vocabulary; None where that run saved none."""
     saved = load_weights("12_conclat", name, profile, root)
     if saved is None: return None
-    model = VQAModel(**saved["kwargs"])
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in saved["state"].items()})
-    return model.eval(), saved["vocab"]
+    return load_packed(VQAModel(**saved["kwargs"]), saved["state"]), saved["vocab"]
 
 @dataclass
 class Experiment:

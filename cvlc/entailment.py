@@ -16,7 +16,7 @@ __all__ = ['HYPOTHESIS_KINDS', 'THETA', 'ROWS', 'HEAD_OF', 'T3', 'PAPER_T3', 'CL
            'WeakLabels', 'EntailmentRun', 'run_experiment', 'table3_claims', 'retrieval_claims', 'many_to_many_claims',
            'added_claims', 'experiment_claims', 'entailment_metrics', 'seed_values', 'table3_table',
            'table3_budget_table', 'table3_scores', 'retrieval_table', 'record_chance', 'kinds_table', 'fit_table',
-           'recall_figure', 'alpha_values', 'recorded_alpha_values', 'alpha_figure', 'findings', 'half_state',
+           'recall_figure', 'alpha_values', 'recorded_alpha_values', 'alpha_figure', 'findings',
            'classifier_from_weights', 'karpathy_retrieval', 'train_on_karpathy', 'nli_examples', 'nli_classifiers',
            'train_classifier_on_nli']
 
@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from fastai.callback.core import Callback
 
-from .core import by_profile, device_name, seed_everything
+from .core import by_profile, device_name, load_packed, pack_state, seed_everything
 from .data import ScaledImages, caption_truth, load_karpathy, load_nli, read_images
 from .losses import contrastive
 from .metrics import (claim, claim_lines, entail_at_k, markdown_table, mean_sd, pm, precision_recall_fbeta,
@@ -1237,18 +1237,13 @@ def findings(run: EntailmentRun, claims: Sequence, curve: Mapping) -> str:
     return "\n".join(lines)
 
 # %% ../nbs/15_entailment.ipynb #e15w0001
-def half_state(model: nn.Module) -> dict:
-    "A model's state dict with its floating-point tensors in half precision: the weights a published run ships."
-    return {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
-
 def classifier_from_weights(state: Mapping, bank: SentenceBank, profile: str = "paper") -> EntailmentClassifier:
-    """The gated classifier a run at `profile` trained and saved (`half_state`, `cvlc.core.save_weights`), rebuilt at
-    that profile's sizes to read the sentences of `bank` (its text module holds no sentence: any bank will do)."""
+    """The gated classifier a run at `profile` trained and saved (`cvlc.core.pack_state`, `cvlc.core.save_weights`),
+    rebuilt at that profile's sizes to read the sentences of `bank` (its text module holds no sentence: any bank will do)."""
     v = entailment_sizes(profile)["visual"]
     model = EntailmentClassifier(BankText(bank, v["dim"]), v["dim"], freeze_visual=True,
                                  visual=VisualStream(v["dim"], v["widths"], attention=v["attention"]))
-    model.load_state_dict({k: t.float() if t.is_floating_point() else t for k, t in state.items()})
-    return model.eval()
+    return load_packed(model, state)
 
 
 # %% ../nbs/15_entailment.ipynb #e15f0006

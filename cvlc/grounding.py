@@ -40,7 +40,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from fastcore.basics import patch
 
-from .core import seed_everything
+from .core import load_packed, pack_state, seed_everything
 from .losses import contrastive
 from .metrics import box_iou, box_recall_at_k, claim, markdown_table, mean_sd, pm, pointing_accuracy
 from .models import TextEncoder, VisualStream, roi_align
@@ -1643,19 +1643,17 @@ def bound_figure(curves: dict, k: int = 50):
 
 def grounding_weights(att: WordRegionAttention, encoder: RegionEncoder, word_lm: str) -> dict:
     """What drawing a run's attention needs, for `cvlc.core.save_weights`: the attention and the region encoder in half
-    precision, their sizes, and the word model whose features the attention reads."""
-    half = lambda m: {k: v.half() if v.is_floating_point() else v for k, v in m.state_dict().items()}
+    precision (`cvlc.core.pack_state`), their sizes, and the word model whose features the attention reads."""
     q = att.q_w.fc1 if att.q_w.layers else att.q_w.fc2
     sizes = {"d_region": encoder.dim, "d_word": q.in_features, "d": att.d, "layers": att.q_w.layers}
-    return {"attention": half(att), "regions": half(encoder), "sizes": sizes, "word_lm": word_lm}
+    return {"attention": pack_state(att.state_dict()), "regions": pack_state(encoder.state_dict()), "sizes": sizes,
+            "word_lm": word_lm}
 
 def attention_from_weights(state: dict) -> tuple[WordRegionAttention, RegionEncoder]:
     "The attention and the region encoder of `grounding_weights`, rebuilt in eval mode."
-    full = lambda s: {k: v.float() if v.is_floating_point() else v for k, v in s.items()}
-    s, enc = state["sizes"], RegionEncoder()
+    s = state["sizes"]
     att = WordRegionAttention(s["d_region"], s["d_word"], s["d"], s["layers"])
-    att.load_state_dict(full(state["attention"])); enc.load_state_dict(full(state["regions"]))
-    return att.eval(), enc.eval()
+    return load_packed(att, state["attention"]), load_packed(RegionEncoder(), state["regions"])
 
 def saved_attention_figure(state: dict, heldout: HeldOut, images: Tensor, tables: WordTables, n: int = 3):
     """`attention_figure` of a saved attention (`grounding_weights`) on `heldout`'s images: region features from the

@@ -25,8 +25,7 @@ __all__ = ['REAL_PATHS', 'ABSTRACT', 'RELATION_WORDS', 'QUERIES', 'STAGE1_ROWS',
            'table_rows', 'ablation_table', 'ablation_bars', 'plot_match_map', 'plot_phrase_attention',
            'plot_semantic_space', 'plot_search', 'plot_occlusion', 'stage1_table', 'norms_table', 'word_space_table',
            'semantic_table', 'composition_table', 'search_table', 'occlusion_text', 'nearest_words', 'record_chance',
-           'pack_state', 'load_packed', 'lesson_weights', 'published_models', 'vg_relation_examples',
-           'train_on_coco_vg']
+           'lesson_weights', 'published_models', 'vg_relation_examples', 'train_on_coco_vg']
 
 # %% ../nbs/14_vgbert.ipynb #v14c0005
 from .core import require_extra
@@ -53,7 +52,7 @@ import torch.nn.functional as F
 from scipy import stats
 from torch import Tensor
 
-from .core import UnitStore, device_name, seed_everything
+from .core import UnitStore, device_name, load_packed, pack_state, seed_everything
 from .data import ScaledImages, caption_truth, load_coco_captions, load_vg_relationships, read_images
 from .losses import bidirectional_nce, contrastive, cross_modal_nce
 from .metrics import (Claim, budget_curve, claim, markdown_table, mean_sd, pm, recall_at_k, topk_accuracy)
@@ -1692,33 +1691,6 @@ def record_chance(rec: Mapping) -> dict:
     return {"compose P@5": c.rows[1].mean} if c else {}
 
 # %% ../nbs/14_vgbert.ipynb #v14m13
-def pack_state(state: Mapping[str, Tensor], base: Mapping[str, Tensor] | None = None, min_size: int = 1024) -> dict:
-    """A state dict made small enough to ship: tensors equal to `base`'s left out; large floating ones that `base` has,
-    as their difference from it in 8 bits with one scale per row; the other floating ones in half precision."""
-    out = {}
-    for k, v in state.items():
-        b = None if base is None else base.get(k)
-        if b is not None and b.shape == v.shape and torch.equal(b, v): continue
-        if not v.is_floating_point(): out[k] = v.clone()
-        elif b is not None and b.shape == v.shape and v.ndim >= 2 and v.numel() >= min_size:
-            d = (v - b).double().reshape(len(v), -1)
-            scale = d.abs().amax(1).clamp_min(1e-12) / 127
-            out[k] = {"delta8": (d / scale[:, None]).round().to(torch.int8), "scale": scale.float()}
-        else: out[k] = v.detach().half()
-    return out
-
-def load_packed(model: nn.Module, packed: Mapping, base: Mapping[str, Tensor] | None = None) -> nn.Module:
-    "Load a `pack_state` dict into `model`, with the `base` it was packed against (what it left out); eval mode."
-    state = {}
-    for k, ref in model.state_dict().items():
-        v = packed.get(k)
-        if v is None: state[k] = base[k]
-        elif isinstance(v, Mapping):
-            state[k] = base[k] + (v["delta8"].double() * v["scale"].double()[:, None]).reshape(ref.shape).to(ref.dtype)
-        else: state[k] = v.to(ref.dtype)
-    model.load_state_dict(state)
-    return model.eval()
-
 def _streams(state: Mapping[str, Tensor]) -> dict:
     "The visual and language streams' part of a model's state: what a later stage starts from, and a base to pack on."
     return {k: v for k, v in state.items() if k.startswith(("visual.", "language."))}
