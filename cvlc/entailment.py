@@ -1239,7 +1239,8 @@ def findings(run: EntailmentRun, claims: Sequence, curve: Mapping) -> str:
 # %% ../nbs/15_entailment.ipynb #e15w0001
 def classifier_from_weights(state: Mapping, bank: SentenceBank, profile: str = "paper") -> EntailmentClassifier:
     """The gated classifier a run at `profile` trained and saved (`cvlc.core.pack_state`, `cvlc.core.save_weights`),
-    rebuilt at that profile's sizes to read the sentences of `bank` (its text module holds no sentence: any bank will do)."""
+    rebuilt at that profile's sizes to read the sentences of `bank` (its text module holds no sentence: any bank
+    will do)."""
     v = entailment_sizes(profile)["visual"]
     model = EntailmentClassifier(BankText(bank, v["dim"]), v["dim"], freeze_visual=True,
                                  visual=VisualStream(v["dim"], v["widths"], attention=v["attention"]))
