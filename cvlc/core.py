@@ -195,10 +195,10 @@ def pack_state(state: Mapping[str, torch.Tensor], base: Mapping[str, torch.Tenso
     out = {}
     for k, v in state.items():
         v, b = v.detach().cpu(), None if base is None else base.get(k)
-        b = None if b is None else b.detach().cpu()
-        if b is not None and b.shape == v.shape and torch.equal(b, v): continue
+        b = b.detach().cpu() if b is not None and b.shape == v.shape else None    # a base tensor it can be told from
+        if b is not None and torch.equal(b, v): continue
         if not v.is_floating_point(): out[k] = v.clone()
-        elif b is not None and b.shape == v.shape and v.ndim >= 2 and v.numel() >= min_size:
+        elif b is not None and v.ndim >= 2 and v.numel() >= min_size:
             d = (v - b).double().reshape(len(v), -1)
             scale = d.abs().amax(1).clamp_min(1e-12) / 127
             out[k] = {"delta8": (d / scale[:, None]).round().to(torch.int8), "scale": scale.float()}
