@@ -794,6 +794,10 @@ def measured_on(rec: dict) -> str:
     "Where, how long, from which commit and when a published run was measured, as its label in a chapter says it."
     p = rec["provenance"]
     minutes = f", {p['wall_seconds'] / 60:.0f} min" if isinstance(p.get("wall_seconds"), (int, float)) else ""
+    m = rec.get("metrics") or {}
+    reused, done = m.get("units_reused") or 0, m.get("units_computed") or 0
+    if minutes and reused:     # a resumed run's wall time covers only the units it computed
+        minutes += f" for {done} of its {done + reused} units (the rest reused from an earlier run of the same code)"
     dirty = " with uncommitted changes" if p.get("uncommitted_changes") else ""
     return (f"measured on {p.get('device', 'an unrecorded device')}{minutes}, commit "
             f"`{(p.get('commit') or 'unknown')[:10]}`{dirty}, {str(p.get('date', 'undated'))[:10]}, "

@@ -11,8 +11,8 @@ __all__ = ['SUPCON_TAU', 'LABEL', 'LABEL_AUGMENT', 'PROBES', 'NONCOL', 'FRACTION
            'gaussian_blur', 'random_blur', 'SimCLRAugment', 'SimCLRModel', 'TwoViews', 'monitor_views',
            'view_alignment_uniformity', 'AlignUniform', 'SimCLRConfig', 'image_batches', 'train_simclr',
            'world_probe_labels', 'probe_encoder', 'train_supervised', 'AugmentedViews', 'train_labelled', 'simclr_unit',
-           'checkpoint_name', 'SimCLRExperiment', 'rank_correlation', 'record_rows', 'probe_table', 'probe_figure',
-           'hypersphere_figure', 'distance_figure', 'margin_curves', 'encoder_sizes', 'simclr_weights',
+           'checkpoint_name', 'SimCLRExperiment', 'rank_correlation', 'rank_sentence', 'record_rows', 'probe_table',
+           'probe_figure', 'hypersphere_figure', 'distance_figure', 'margin_curves', 'encoder_sizes', 'simclr_weights',
            'simclr_from_weights', 'paired_differences', 'paired_table', 'record_reading', 'save_encoder',
            'load_encoder', 'main']
 
@@ -662,6 +662,12 @@ def rank_correlation(x: dict[str, float], y: dict[str, float]) -> float:
     if len(keys) < 3: raise ValueError(f"a rank correlation needs at least 3 rows, got {keys}")
     return float(spearmanr([x[k] for k in keys], [y[k] for k in keys]).statistic)
 
+def rank_sentence(accuracy: dict[str, float], align_uniform: dict[str, float]) -> str:
+    "Markdown: the rank correlation of the NT-Xent rows' shape, size and count accuracy with alignment + uniformity."
+    return (f"Over the {len(align_uniform)} NT-Xent rows, the rank correlation of the shape, size and count accuracy "
+            f"with alignment + uniformity is {rank_correlation(accuracy, align_uniform):+.2f} (Wang & Isola: negative, "
+            "the better probes with the lower sums).")
+
 @patch
 def summary(self: SimCLRExperiment, claims: Sequence, curve: dict) -> str:
     "Markdown: each claim's verdict with its margin at the first budget, and what the run's numbers say, computed."
@@ -682,8 +688,8 @@ def summary(self: SimCLRExperiment, claims: Sequence, curve: dict) -> str:
     held_e, held_u = verdict["batch-larger-better-epochs-held"], verdict["batch-larger-better-updates-held"]
     if held_u.margin > 0 and held_e.margin <= 0:
         acc = {n: self.probe_mean(n, -1) for n in ("batch x1/4", "SimCLR", "batch x4")}
-        notes.append("Batch size cuts both ways here: with the updates held the larger batch wins, having seen more "
-                     "images (and more negatives per step); with the epochs held it does not (probe accuracy "
+        notes.append("Batch size cuts both ways here: with the updates held the larger batch is ahead, having seen "
+                     "more images (and more negatives per step); with the epochs held it does not (probe accuracy "
                      + ", ".join(f"{v:.3f} at {self.configs[n].batch_size}" for n, v in acc.items()) + "). Both "
                      "comparisons also change the learning rate, which grows with the square root of the batch.")
     if verdict["alignment-improves"].margin < 0:
@@ -701,10 +707,7 @@ def summary(self: SimCLRExperiment, claims: Sequence, curve: dict) -> str:
                      "epochs): it learns from the probes' own labels, and at this scale each epoch teaches it more "
                      "than an epoch of views teaches SimCLR.")
     au = {n: float(np.mean(self.scores(n, ["alignment", "uniformity"]), 0).sum()) for n in self.ntxent}
-    rho = rank_correlation({n: self.probe_mean(n, -1, NONCOL) for n in self.ntxent}, au)
-    notes.append(f"Over the {len(au)} NT-Xent rows, all measured on views of SimCLR's augmentation, the rank "
-                 f"correlation of the non-colour probe accuracy with alignment + uniformity is {rho:+.2f} (Wang & "
-                 "Isola: negative, the better probes with the lower sums).")
+    notes.append(rank_sentence({n: self.probe_mean(n, -1, NONCOL) for n in self.ntxent}, au))
     lab = {n: [np.mean(self.scores(n, [k])) for k in PROBES] for n in LABELLED}
     notes.append("Trained on the count alone, " + " and ".join(
         f"{n.split()[0]} scores " + ", ".join(f"{v:.3f} on {k}" for k, v in zip(PROBES, s)) for n, s in lab.items())
@@ -976,7 +979,10 @@ def record_reading(rec: dict) -> dict[str, str]:
          "SimCLR's augmentation. ")
         + f"By the mean of the four probes the best row is `{rank(PROBES)[0]}` and the worst `{rank(PROBES)[-1]}`; by "
         f"the shape, size and count probes the best is `{rank(NONCOL)[0]}` and the worst `{rank(NONCOL)[-1]}`. The "
-        "claim compared " + " and ".join(f"`{r.name}` ({r.mean:.3f})" for r in au.rows) + f": {au.verdict}.")
+        "claim compared " + " and ".join(f"`{r.name}` ({r.mean:.3f})" for r in au.rows) + f": {au.verdict}."
+        + ("" if own else " " + rank_sentence(
+            {n: float(np.mean([[r[k] for k in NONCOL] for r in rows[n]])) for n in ntx},
+            {n: float(np.mean([r["alignment"] + r["uniformity"] for r in rows[n]])) for n in ntx})))
     out["supcon"] = (f"`supcon-beats-ce`: {mg('supcon-beats-ce')}, {c['supcon-beats-ce'].verdict}."
                      if "supcon-beats-ce" in c else
                      "This record predates `supcon-beats-ce`: SupCon against cross-entropy is not tested in it.")
