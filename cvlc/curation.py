@@ -1038,24 +1038,28 @@ def reproduction_markdown(rec: Mapping, variants: Sequence[Mapping] = (), floor:
     parts = lambda v: "; ".join(f"`{p.claim.id}` {p.reading}" for p in v.parts)
     of = lambda r, cid: next((c for c in check_claims(r["claims"]) if c.id == cid), None)
     params = lambda r: ", ".join(f"{k} = {x}" for k, x in sorted(r["provenance"].get("params", {}).items()))
+    short = lambda r: params(r) or f"the run published at {r['folder'].name}"      # a variant, or a replaced record
+    label = lambda r: (f"the published run with {params(r)}" if params(r) else
+                       f"the earlier `paper` run (published at {r['folder'].name}, replaced by this one)")
     out = [f"**The published `paper` run**: the headline (`{head.claim.id}`) {head.verdict}; of the {n.listed} paper "
            f"claims listed for this chapter, {n.tested} are tested and {n.holding} hold; {n.own_holding} of {n.own} of "
            f"the chapter's own findings hold. ConClaT's CS(4) is {row(CONCLAT, 'cs4'):.3f} against "
            f"{row(CE_AUG, 'cs4'):.3f} for CE on $\\mathcal D^{{aug}}$ ({parts(head)})."]
     for r in variants:
         c = of(r, "conclat-raises-cs4")
-        if c: out.append(f"In the published run with {params(r)}, `{c.id}` {c.margin:+.3f} (spread {c.spread:.3f}): "
-                         f"{c.verdict}.")
+        if c: out.append(f"In {label(r)}, `{c.id}` {c.margin:+.3f} (spread {c.spread:.3f}): {c.verdict}; CE on "
+                         f"$\\mathcal D^{{aug}}$ scored {r['metrics']['rows'][slug(CE_AUG)]['cs4']:.3f} there.")
     out += ["", *(f"- `{v.claim.id}` ({v.claim.tier}, {v.verdict}): {parts(v)}" for v in verdicts
                   if v.tested and not v.holds)]
     cs4 = of(rec, "conclat-raises-cs4")
     for v in verdicts:
-        if v.claim.kind == "absence" and v.tested:
+        if v.claim.kind == "absence" and v.holds:                 # an agreeing absence: what could it have seen?
             out += [f"- `{v.claim.id}` ({v.claim.tier}, {v.verdict}): {parts(v)}; three seeds could have shown only a "
-                    f"difference beyond the spread, {p.claim.spread:.3f}, larger than the headline's own margin "
+                    f"difference beyond the spread, {p.claim.spread:.3f}, "
+                    f"{'larger' if p.claim.spread > abs(cs4.margin) else 'smaller'} than the headline's own margin "
                     f"(`{cs4.id}` {cs4.margin:+.3f})" for p in v.parts]
     budgets = lambda cid: ", ".join(f"{d:+.3f} at {b:g}" for b, d, _, _ in m["budget_curve"].get(cid, []))
-    elsewhere = lambda cid: "; ".join(f"{params(r)}: {of(r, cid).margin:+.3f}" for r in variants if of(r, cid))
+    elsewhere = lambda cid: "; ".join(f"{short(r)}: {of(r, cid).margin:+.3f}" for r in variants if of(r, cid))
     fit = lambda *names: ", ".join(f"{x} {row(x, 'fit'):.3f}" for x in names)
     seeds = lambda c: "; ".join(f"{r.name} " + " / ".join(f"{x[0]:.3f}" for x in r.values) for r in c.rows)
     out += ["", "The numbers the readings below rest on (margins at fractions of the training steps; in the other "
@@ -1066,6 +1070,11 @@ def reproduction_markdown(rec: Mapping, variants: Sequence[Mapping] = (), floor:
     for cid, rows_ in readings:
         out.append(f"- `{cid}`: {budgets(cid)}" + (f"; {elsewhere(cid)}" if variants else "") + f"; fit: {fit(*rows_)}")
     out.append(f"- `ssc-beats-dmt`, CS(4) per seed: {seeds(of(rec, 'ssc-beats-dmt'))}")
+    for r in (r for r in variants if not params(r)):         # a replaced record: the same rows, seeds and data
+        then = lambda x: r["metrics"]["rows"][slug(x)]["cs4"]
+        out.append(f"- CS(4) of the cross-entropy rows, which neither the negative draw nor the pretrain schedule "
+                   f"touches, in {short(r)} and here: "
+                   + "; ".join(f"{x} {then(x):.3f} and {row(x, 'cs4'):.3f}" for x in (CE_ORIG, CE_AUG)))
     matched = of(rec, "conclat-beats-ce-matched-updates")
     extra = [x for x in (_SC, _DMT, _RAND) if slug(x) in m["rows"]]
     control = (f"`{matched.id}` {matched.margin:+.3f} (spread {matched.spread:.3f}): {matched.verdict}" if matched

@@ -11,9 +11,9 @@ __all__ = ['VERDICTS', 'normalize_answer', 'vqa_score', 'consensus_score', 'best
            'seed_verdict', 'ClaimRow', 'Claim', 'claim', 'check_claims', 'markdown_table', 'claims_table',
            'budget_curve', 'claim_lines', 'PaperClaim', 'LedgerLink', 'ClaimsList', 'claims_file', 'read_claims_list',
            'Part', 'PaperVerdict', 'judge_part', 'paper_verdicts', 'ChapterCount', 'count_claims', 'paper_claims_table',
-           'paper_claims_text', 'results_root', 'load_published', 'load_variants', 'measured_on', 'published_figures',
-           'published_claims', 'run_params', 'variant_label', 'published_runs', 'record_count', 'variants_table',
-           'runs_table']
+           'paper_claims_text', 'results_root', 'load_published', 'load_history', 'load_variants', 'measured_on',
+           'published_figures', 'published_claims', 'run_params', 'variant_label', 'published_runs', 'record_count',
+           'variants_table', 'runs_table']
 
 # %% ../nbs/05_metrics.ipynb #327557b8
 import json, math, os, re
@@ -781,6 +781,16 @@ def _load_record(folder: Path) -> dict | None:
 def load_published(chapter: str, profile: str = "paper", root: str | os.PathLike | None = None) -> dict | None:
     "The published run of `chapter` at `profile` ({'metrics', 'provenance', 'claims', 'folder'}), or None."
     return _load_record(results_root(root) / chapter / profile)
+
+def load_history(chapter: str, commit: str, root: str | os.PathLike | None = None) -> dict:
+    """A replaced `paper` record of `chapter` kept as data in `history/<commit>/` (the commit that published it), as
+    `load_published` reads a record; an error that lists the kept ones where there is none."""
+    base = results_root(root) / chapter / "history"
+    rec = _load_record(base / commit)
+    if rec is None:
+        kept = sorted(p.name for p in base.glob("*/")) if base.is_dir() else []
+        raise FileNotFoundError(f"{chapter} keeps no record published at {commit!r} in {base} (kept: {kept})")
+    return rec
 
 def load_variants(chapter: str, root: str | os.PathLike | None = None) -> list[dict]:
     """The published variants of `chapter` (runs with chapter parameters changed, `cvlc run ... -p NAME VALUE
