@@ -964,7 +964,7 @@ def plot_consensus_rows(rows: Mapping[str, Mapping[str, float]], floor: Mapping[
     fig, ax = plt.subplots(figsize=(11, 3.8))
     w = 0.8 / len(rows)
     for j, (key, r) in enumerate(rows.items()):
-        ax.bar(np.arange(4) - 0.4 + (j + 0.5) * w, [r[f"cs{k}"] for k in range(1, 5)], w, color=f"C{j % 10}",
+        ax.bar(np.arange(4) - 0.4 + (j + 0.5) * w, [r[f"cs{k}"] for k in range(1, 5)], w, color=plt.cm.tab20(j % 20),
                label=names.get(key, key))
     for k in range(1, 5):
         ax.hlines(floor[f"cs{k}"], k - 1.45, k - 0.55, color="k", ls=":", lw=1.5,
