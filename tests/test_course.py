@@ -261,6 +261,23 @@ def test_kernel_noise_is_tidied_from_printed_text():
     assert tidy_stream("cvlc: 1 chapter(s) into /tmp/tmp7hio0jes\n") == "cvlc: 1 chapter(s) into ...\n"
 
 
+def test_page_description_renders_its_links_and_code():
+    "A report's description line links its lesson and sets code as code, instead of showing the Markdown raw."
+    from build_docs import description_html
+    html_ = description_html("The evidence behind the [MLCL lesson](../16_mlcl.ipynb): the `paper` run")
+    assert html_ == 'The evidence behind the <a href="../16_mlcl.ipynb">MLCL lesson</a>: the <code>paper</code> run'
+    assert description_html("") == ""
+
+
+def test_site_descriptions_show_no_raw_markdown(site):
+    "No page's description on the site shows a Markdown link or backtick as text."
+    out, _, _ = site
+    found = [(p.name, d) for p in out.rglob("*.html")
+             for d in re.findall(r'<p class="description">(.*?)</p>', p.read_text(encoding="utf-8"), re.S)]
+    assert found, "no page has a description"
+    assert not [(n, d) for n, d in found if "](" in d or "`" in d], "raw Markdown in a page description"
+
+
 def test_doc_links_to_symbols_a_page_does_not_show_become_code():
     "nbdev links every `symbol` in prose; where the target page hides it (a chapter's machinery) the link would be broken."
     from build_docs import unlink_unshown_symbols

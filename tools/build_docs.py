@@ -178,6 +178,13 @@ def figures_dir(page: str) -> str:
     return Path(page).with_suffix("").name + "_files"
 
 
+def description_html(text: str) -> str:
+    "A page's description (the notebook's `> ...` line) as inline HTML: its links and code rendered, not shown raw."
+    import mistune
+    html_ = mistune.html(text).strip()
+    return html_[3:-4] if html_.startswith("<p>") and html_.endswith("</p>") else html_
+
+
 def render(nb, meta: dict, page: str, context: dict, site_pages: dict[str, str]) -> tuple[str, dict[str, bytes]]:
     "One page of the site as HTML (`context`: sections, prev, next, paper, colab, profile), and its figures (file name relative to the page -> bytes)."
     from nbconvert import HTMLExporter
@@ -192,7 +199,8 @@ def render(nb, meta: dict, page: str, context: dict, site_pages: dict[str, str])
                                                        enabled=True), enabled=True)
     ex.mathjax_url = f"{root}mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
     resources = {"metadata": {"name": meta.get("title", page)}, "output_files_dir": figures_dir(page),
-                 "cvlc": dict(context, root=root, page=page, title=meta.get("title", ""), description=meta.get("description", ""))}
+                 "cvlc": dict(context, root=root, page=page, title=meta.get("title", ""),
+                              description=description_html(meta.get("description", "")))}
     body, res = ex.from_notebook_node(nb, resources=resources)
     body = _local_anchors(_relink(body, Path(page), site_pages), root)
     return body.replace("<!--cvlc-toc-->", toc_html(body)), res.get("outputs", {})
