@@ -11,10 +11,10 @@ __all__ = ['SUPCON_TAU', 'LABEL', 'LABEL_AUGMENT', 'PROBES', 'NONCOL', 'FRACTION
            'gaussian_blur', 'random_blur', 'SimCLRAugment', 'SimCLRModel', 'TwoViews', 'monitor_views',
            'view_alignment_uniformity', 'AlignUniform', 'SimCLRConfig', 'image_batches', 'train_simclr',
            'world_probe_labels', 'probe_encoder', 'train_supervised', 'AugmentedViews', 'train_labelled', 'simclr_unit',
-           'checkpoint_name', 'SimCLRExperiment', 'rank_correlation', 'rank_sentence', 'record_rows', 'probe_table',
-           'probe_figure', 'hypersphere_figure', 'distance_figure', 'margin_curves', 'encoder_sizes', 'simclr_weights',
-           'simclr_from_weights', 'paired_differences', 'paired_table', 'record_reading', 'save_encoder',
-           'load_encoder', 'main']
+           'checkpoint_name', 'SimCLRExperiment', 'rank_correlation', 'record_align_uniform', 'rank_sentence',
+           'record_rows', 'probe_table', 'probe_figure', 'hypersphere_figure', 'distance_figure', 'margin_curves',
+           'encoder_sizes', 'simclr_weights', 'simclr_from_weights', 'paired_differences', 'paired_table',
+           'record_reading', 'save_encoder', 'load_encoder', 'main']
 
 # %% ../nbs/10_simclr.ipynb #57daaf89
 from .core import require_extra
@@ -662,6 +662,10 @@ def rank_correlation(x: dict[str, float], y: dict[str, float]) -> float:
     if len(keys) < 3: raise ValueError(f"a rank correlation needs at least 3 rows, got {keys}")
     return float(spearmanr([x[k] for k in keys], [y[k] for k in keys]).statistic)
 
+def record_align_uniform(rows: dict, names) -> dict[str, float]:
+    "Each named row's alignment + uniformity, the mean over its seeds, from a record's `rows` (`record_rows`)."
+    return {n: float(np.mean([r["alignment"] + r["uniformity"] for r in rows[n]])) for n in names}
+
 def rank_sentence(accuracy: dict[str, float], align_uniform: dict[str, float]) -> str:
     "Markdown: the rank correlation of the NT-Xent rows' shape, size and count accuracy with alignment + uniformity."
     return (f"Over the {len(align_uniform)} NT-Xent rows, the rank correlation of the shape, size and count accuracy "
@@ -982,7 +986,7 @@ def record_reading(rec: dict) -> dict[str, str]:
         "claim compared " + " and ".join(f"`{r.name}` ({r.mean:.3f})" for r in au.rows) + f": {au.verdict}."
         + ("" if own else " " + rank_sentence(
             {n: float(np.mean([[r[k] for k in NONCOL] for r in rows[n]])) for n in ntx},
-            {n: float(np.mean([r["alignment"] + r["uniformity"] for r in rows[n]])) for n in ntx})))
+            record_align_uniform(rows, ntx))))
     out["supcon"] = (f"`supcon-beats-ce`: {mg('supcon-beats-ce')}, {c['supcon-beats-ce'].verdict}."
                      if "supcon-beats-ce" in c else
                      "This record predates `supcon-beats-ce`: SupCon against cross-entropy is not tested in it.")
